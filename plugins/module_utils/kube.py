@@ -1,0 +1,137 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Kubernetes API adapter: one place that turns the collection's auth options into a client.
+
+The option names and K8S_AUTH_* environment fallbacks are those of kubernetes.core, so
+``module_defaults`` written for kubernetes.core carry over. We build on the official
+``kubernetes`` client directly rather than importing kubernetes.core's private module_utils,
+which are not a public API and would tie sanity/import tests to another collection's layout.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import traceback
+
+try:
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+    from kubernetes.client.rest import ApiException
+
+    HAS_KUBERNETES = True
+    KUBERNETES_IMPORT_ERROR = None
+except ImportError:  # pragma: no cover - exercised only where the library is missing
+    HAS_KUBERNETES = False
+    KUBERNETES_IMPORT_ERROR = traceback.format_exc()
+
+    class ApiException(Exception):  # type: ignore[no-redef]
+        """Placeholder so callers can name the exception without the library."""
+
+        status = None
+
+from ansible.module_utils.basic import env_fallback, missing_required_lib
+
+AUTH_ARG_SPEC = dict(
+    kubeconfig=dict(type="raw", fallback=(env_fallback, ["K8S_AUTH_KUBECONFIG"]), no_log=False),
+    context=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_CONTEXT"])),
+    host=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_HOST"])),
+    api_key=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_API_KEY"])),
+    validate_certs=dict(type="bool", aliases=["verify_ssl"], fallback=(env_fallback, ["K8S_AUTH_VERIFY_SSL"])),
+    ca_cert=dict(type="path", aliases=["ssl_ca_cert"], fallback=(env_fallback, ["K8S_AUTH_SSL_CA_CERT"])),
+    client_cert=dict(type="path", aliases=["cert_file"], fallback=(env_fallback, ["K8S_AUTH_CERT_FILE"])),
+    client_key=dict(type="path", aliases=["key_file"], no_log=False, fallback=(env_fallback, ["K8S_AUTH_KEY_FILE"])),
+    proxy=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_PROXY"])),
+    impersonate_user=dict(type="str"),
+    impersonate_groups=dict(type="list", elements="str"),
+)
+
+AUTH_PARAM_NAMES = tuple(AUTH_ARG_SPEC)
+
+
+class KubeAuthError(Exception):
+    """The connection settings cannot produce a client (no kubeconfig, bad context...)."""
+
+
+def require_kubernetes(module):
+    """Fail the module with Ansible's standard message when the client library is absent."""
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+
+
+def _load_configuration(params):
+    configuration = k8s_client.Configuration()
+    kubeconfig = params.get("kubeconfig")
+    context = params.get("context")
+    host = params.get("host")
+    if isinstance(kubeconfig, dict):
+        k8s_config.load_kube_config_from_dict(kubeconfig, context=context, client_configuration=configuration)
+    elif kubeconfig or not host:
+        path = os.path.expanduser(kubeconfig) if kubeconfig else None
+        default_path = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0])
+        if path or os.path.exists(default_path):
+            try:
+                k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+            except (k8s_config.ConfigException, OSError) as exc:
+                raise KubeAuthError("cannot load kubeconfig %s: %s" % (path or default_path, exc))
+        else:
+            try:
+                k8s_config.load_incluster_config(client_configuration=configuration)
+            except k8s_config.ConfigException:
+                raise KubeAuthError(
+                    "no Kubernetes connection: set kubeconfig (or K8S_AUTH_KUBECONFIG / KUBECONFIG), "
+                    "or host and api_key, or run inside a cluster"
+                )
+    if host:
+        configuration.host = host
+    if params.get("api_key"):
+        configuration.api_key = {"authorization": "Bearer %s" % params["api_key"]}
+    if params.get("validate_certs") is not None:
+        configuration.verify_ssl = params["validate_certs"]
+    if params.get("ca_cert"):
+        configuration.ssl_ca_cert = params["ca_cert"]
+    if params.get("client_cert"):
+        configuration.cert_file = params["client_cert"]
+    if params.get("client_key"):
+        configuration.key_file = params["client_key"]
+    if params.get("proxy"):
+        configuration.proxy = params["proxy"]
+    return configuration
+
+
+def get_api_client(params):
+    """Return a ``kubernetes.client.ApiClient`` for the module's auth params (a dict)."""
+    configuration = _load_configuration(params)
+    api_client = k8s_client.ApiClient(configuration)
+    if params.get("impersonate_user"):
+        api_client.set_default_header("Impersonate-User", params["impersonate_user"])
+    for group in params.get("impersonate_groups") or []:
+        # The client keeps one value per header name; Kubernetes accepts repeated headers only,
+        # so more than one group is joined, which the API server splits on commas.
+        api_client.set_default_header("Impersonate-Group", ",".join(params["impersonate_groups"]))
+        break
+    return api_client
+
+
+def api_client_from_module(module):
+    """Build a client for an AnsibleModule, failing it with a clear message on bad settings."""
+    require_kubernetes(module)
+    try:
+        return get_api_client(module.params)
+    except KubeAuthError as exc:
+        module.fail_json(msg=str(exc))
+
+
+def api_error_message(exc):
+    """A one-line reason from an ApiException (status, reason and the server's message)."""
+    body = getattr(exc, "body", None) or ""
+    message = body
+    try:
+        import json
+
+        message = json.loads(body).get("message", body)
+    except (ValueError, TypeError, AttributeError):
+        pass
+    return "HTTP %s %s: %s" % (getattr(exc, "status", "?"), getattr(exc, "reason", ""), message)

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# ansible-test needs the collection at ansible_collections/<ns>/<name>; run it on a fresh copy of
+# the tracked and new files, with the local Python 3.11 (no containers).
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+dest=$root/build/sanity/ansible_collections/gpufleet/gpu_operator
+rm -rf "$dest" && mkdir -p "$dest"
+cd "$root"
+git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents -P {} "$dest/" 2>/dev/null || true
+cd "$dest"
+git init -q . && git add -A >/dev/null 2>&1
+ansible-test sanity --python 3.11 --requirements --color no ${SANITY_ARGS:-}
