@@ -13,6 +13,11 @@ export GPUFLEET_CACHE
 COLLECTION_LINK := .collections/ansible_collections/gpufleet/gpu_operator
 SETUP_STAMP := $(VENV)/.setup-$(shell cat requirements/*.txt | sha256sum | cut -c1-16)
 
+# Parts of the tree add their own targets and hook into these lists (mk/<part>.mk).
+INTEGRATION_DEPS :=
+TEST_EXTRA :=
+-include mk/*.mk
+
 .PHONY: help setup lint sanity unit integration test demo demo-down build clean
 
 help: ## list targets
@@ -40,15 +45,13 @@ sanity: setup ## ansible-test sanity on a copy at ansible_collections/gpufleet/g
 unit: setup ## unit tests of the pure logic
 	$(BIN)/python -m pytest tests/unit -q
 
-integration: setup ## integration tests against the testbed and the simulators
+integration: setup $(INTEGRATION_DEPS) ## integration tests against the testbed and the simulators
 	$(BIN)/python -m pytest tests/integration -q
 
 build: setup ## ansible-galaxy collection build
 	mkdir -p build && $(BIN)/ansible-galaxy collection build --force --output-path build .
 
-test: setup lint sanity unit build integration ## everything CI runs
+test: setup lint sanity unit build integration $(TEST_EXTRA) ## everything CI runs
 
 clean: ## remove local build outputs (caches outside the repo stay)
 	rm -rf build tests/output .pytest_cache
-
--include mk/*.mk

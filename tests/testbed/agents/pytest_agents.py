@@ -1,0 +1,1 @@
+"""Fixtures for the simulated GPU Operator node agents (see docs/DEVELOPING.md)."""

@@ -1,0 +1,1 @@
+"""Fixtures for simulated NVML hosts (see docs/DEVELOPING.md)."""

@@ -1,0 +1,1 @@
+"""Fixtures for the testbed cluster (see docs/DEVELOPING.md)."""
