@@ -1,0 +1,232 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: gpu_nodes
+short_description: Kubernetes GPU nodes as an inventory, grouped by GPU model and MIG state
+version_added: 0.1.0
+description:
+  - Lists the nodes of a Kubernetes cluster and adds one host per GPU node (a node labelled
+    C(nvidia.com/gpu.present=true) by the GPU Operator, labelled by GPU Feature Discovery, or advertising
+    C(nvidia.com/gpu) / C(nvidia.com/mig-*) capacity).
+  - Every host joins the group named by O(group) and the groups C(gpu_model_<product>),
+    C(mig_strategy_<none|single|mixed>), C(mig_config_<config>) and C(mig_state_<state>) (C(unset) when the
+    label is absent). Names are lower case with non-alphanumerics replaced by C(_).
+  - Host variables (prefix C(gpu_)) come from the GFD labels and the node status, see the EXAMPLES.
+  - The connection options have the names and environment variables of kubernetes.core.
+  - The inventory source is a YAML file whose name ends in C(gpu_nodes.yml) or C(gpu_nodes.yaml).
+extends_documentation_fragment:
+  - ansible.builtin.constructed
+  - ansible.builtin.inventory_cache
+options:
+  plugin:
+    description: Token that marks the file as a source for this plugin.
+    required: true
+    type: str
+    choices: [gpufleet.gpu_operator.gpu_nodes]
+  kubeconfig:
+    description:
+      - Path to a kubeconfig file, or its content as a dictionary. Defaults to C(KUBECONFIG) or C(~/.kube/config).
+    type: raw
+    env:
+      - name: K8S_AUTH_KUBECONFIG
+  context:
+    description: The kubeconfig context to use.
+    type: str
+    env:
+      - name: K8S_AUTH_CONTEXT
+  host:
+    description: URL of the Kubernetes API server.
+    type: str
+    env:
+      - name: K8S_AUTH_HOST
+  api_key:
+    description: Bearer token for the API server.
+    type: str
+    env:
+      - name: K8S_AUTH_API_KEY
+  validate_certs:
+    description: Whether to verify the API server's certificate.
+    type: bool
+    aliases: [verify_ssl]
+    env:
+      - name: K8S_AUTH_VERIFY_SSL
+  ca_cert:
+    description: Path to a CA certificate for the API server.
+    type: path
+    aliases: [ssl_ca_cert]
+    env:
+      - name: K8S_AUTH_SSL_CA_CERT
+  client_cert:
+    description: Path to a client certificate.
+    type: path
+    aliases: [cert_file]
+    env:
+      - name: K8S_AUTH_CERT_FILE
+  client_key:
+    description: Path to a client key.
+    type: path
+    aliases: [key_file]
+    env:
+      - name: K8S_AUTH_KEY_FILE
+  proxy:
+    description: HTTP proxy URL for API calls.
+    type: str
+    env:
+      - name: K8S_AUTH_PROXY
+  impersonate_user:
+    description: User name to impersonate for the API calls.
+    type: str
+  impersonate_groups:
+    description: Groups to impersonate for the API calls.
+    type: list
+    elements: str
+  label_selector:
+    description:
+      - Kubernetes label selector the API applies when listing nodes, for example
+        C(nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3) or C(pool=training,!excluded).
+    type: str
+  group:
+    description: Group that holds every GPU node (the playbooks of this collection target C(gpu_nodes)).
+    type: str
+    default: gpu_nodes
+  include_cpu_nodes:
+    description:
+      - Also add nodes without GPUs, in the group C(cpu_nodes) only.
+    type: bool
+    default: false
+requirements:
+  - kubernetes >= 30.0.0 (Python client)
+"""
+
+EXAMPLES = r"""
+# inventories/prod/cluster.gpu_nodes.yml
+plugin: gpufleet.gpu_operator.gpu_nodes
+kubeconfig: ~/.kube/prod
+label_selector: pool=training
+# The nodes are reached through the API: tasks run on the controller.
+compose:
+  ansible_connection: "'local'"
+keyed_groups:
+  - key: gpu_labels['nvidia.com/gpu.family'] | default('unknown')
+    prefix: family
+cache: true
+cache_plugin: ansible.builtin.jsonfile
+cache_connection: ~/.cache/gpufleet-inventory
+cache_timeout: 300
+
+# Host variables of each node:
+#   gpu_node_name, gpu_model (GFD product without -MIG-*/-SHARED), gpu_product_label, gpu_count,
+#   gpu_memory_mb, gpu_family, gpu_driver_version, gpu_mig_capable, gpu_mig_strategy, gpu_mig_config,
+#   gpu_mig_config_state, gpu_mig_invalid, gpu_mig_devices ({profile: count}), gpu_deploy_labels,
+#   gpu_deploy_paused (operands MIG Manager left paused), gpu_capacity, gpu_allocatable
+#   ({nvidia.com/gpu|mig-*: n}), gpu_ready, gpu_unschedulable, gpu_labels (all nvidia.com/* labels).
+"""
+
+from ansible.errors import AnsibleError, AnsibleParserError
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import cluster_facts
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+    AUTH_PARAM_NAMES,
+    HAS_KUBERNETES,
+    ApiException,
+    KubeAuthError,
+    api_error_message,
+    get_api_client,
+)
+
+try:
+    from kubernetes import client as k8s_client
+except ImportError:  # reported in parse() with a clear message
+    k8s_client = None
+
+HOSTVAR_PREFIX = "gpu_"
+
+
+class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
+    NAME = "gpufleet.gpu_operator.gpu_nodes"
+
+    def verify_file(self, path):
+        return super(InventoryModule, self).verify_file(path) and path.endswith(
+            ("gpu_nodes.yml", "gpu_nodes.yaml")
+        )
+
+    def parse(self, inventory, loader, path, cache=True):
+        super(InventoryModule, self).parse(inventory, loader, path, cache)
+        self._read_config_data(path)
+        cache_key = self.get_cache_key(path)
+        use_cache = self.get_option("cache") and cache
+        update_cache = self.get_option("cache") and not cache
+        nodes = None
+        if use_cache:
+            try:
+                nodes = self._cache[cache_key]
+            except KeyError:
+                update_cache = True
+        if nodes is None:
+            nodes = self._fetch_nodes(path)
+        if update_cache:
+            self._cache[cache_key] = nodes
+        self._populate(nodes)
+
+    def _fetch_nodes(self, path):
+        """Node summaries from the API (what is cached: plain JSON-able dicts)."""
+        if not HAS_KUBERNETES or k8s_client is None:
+            raise AnsibleError("%s needs the kubernetes Python client (pip install kubernetes)" % self.NAME)
+        params = dict((name, self.get_option(name)) for name in AUTH_PARAM_NAMES)
+        selector = self.get_option("label_selector")
+        try:
+            api_client = get_api_client(params)
+            listing = k8s_client.CoreV1Api(api_client).list_node(label_selector=selector or "")
+        except KubeAuthError as exc:
+            raise AnsibleParserError("%s (inventory source %s)" % (exc, path))
+        except ApiException as exc:
+            raise AnsibleParserError(
+                "cannot list nodes (label_selector=%r) for inventory source %s: %s"
+                % (selector, path, api_error_message(exc))
+            )
+        except Exception as exc:  # urllib3 connection errors carry the API URL; say which source failed
+            raise AnsibleParserError("cannot reach the Kubernetes API for inventory source %s: %s" % (path, exc))
+        include_cpu = self.get_option("include_cpu_nodes")
+        nodes = []
+        for item in listing.items:
+            node = api_client.sanitize_for_serialization(item)
+            if cluster_facts.is_gpu_node(node):
+                nodes.append(cluster_facts.node_summary(node))
+            elif include_cpu:
+                nodes.append({"node_name": node["metadata"]["name"], "cpu_only": True})
+        return sorted(nodes, key=lambda n: n["node_name"])
+
+    def _populate(self, nodes):
+        main_group = self.inventory.add_group(self.get_option("group"))
+        strict = self.get_option("strict")
+        for summary in nodes:
+            name = summary["node_name"]
+            if summary.get("cpu_only"):
+                self.inventory.add_host(name, group=self.inventory.add_group("cpu_nodes"))
+                continue
+            self.inventory.add_host(name, group=main_group)
+            hostvars = dict((HOSTVAR_PREFIX + key, value) for key, value in summary.items())
+            for key, value in hostvars.items():
+                self.inventory.set_variable(name, key, value)
+            for group in self._builtin_groups(summary):
+                self.inventory.add_child(self.inventory.add_group(group), name)
+            self._set_composite_vars(self.get_option("compose"), hostvars, name, strict=strict)
+            self._add_host_to_composed_groups(self.get_option("groups"), hostvars, name, strict=strict)
+            self._add_host_to_keyed_groups(self.get_option("keyed_groups"), hostvars, name, strict=strict)
+
+    @staticmethod
+    def _builtin_groups(summary):
+        safe = cluster_facts.group_safe
+        return [
+            "gpu_model_" + safe(summary["model"] or "unknown"),
+            "mig_strategy_" + safe(summary["mig_strategy"]),
+            "mig_config_" + safe(summary["mig_config"] or "unset"),
+            "mig_state_" + safe(summary["mig_config_state"] or "unset"),
+        ]
