@@ -1,0 +1,368 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""GPU-scoped, PDB-aware node drain that remembers the cordon it found.
+
+Why not kubernetes.core.k8s_drain: it fails on the first HTTP 429 from a PodDisruptionBudget, only warns
+when its wait times out, has no GPU-only pod filter, returns no structured list of evicted pods and
+cannot tell an admin's cordon from its own (shared/reference/ansible-ecosystem.md §1.3, §1.5, §7;
+user-pain.md §2.1-§2.4). This module fills exactly those gaps.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import (
+    ApiException,
+    DeadlineExceeded,
+    annotations_of,
+)
+
+# Annotation holding the node's spec.unschedulable as found before our cordon ("true"/"false").
+PRIOR_UNSCHEDULABLE_ANNOTATION = "gpufleet.io/prior-unschedulable"
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+DEFAULT_GPU_RUNTIME_CLASSES = ("nvidia",)
+
+
+class DrainError(Exception):
+    """A drain that cannot go on; ``result`` carries the structured state for the caller."""
+
+    def __init__(self, message, result=None):
+        super(DrainError, self).__init__(message)
+        self.result = result or {}
+
+
+# -- pure logic ----------------------------------------------------------------------------------------
+
+def pod_ref(pod):
+    meta = pod.get("metadata") or {}
+    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
+
+
+def gpu_resources(pod):
+    """GPU resources a pod asks for: {resource: quantity} over requests and limits of all containers."""
+    found = {}
+    spec = pod.get("spec") or {}
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        resources = container.get("resources") or {}
+        for section in ("limits", "requests"):
+            for name, quantity in (resources.get(section) or {}).items():
+                if name.startswith(GPU_RESOURCE_PREFIXES):
+                    found.setdefault(name, str(quantity))
+    return found
+
+
+def is_gpu_pod(pod, runtime_classes=DEFAULT_GPU_RUNTIME_CLASSES):
+    """A pod uses GPUs when it requests nvidia.com/gpu* or nvidia.com/mig-* or runs under a GPU runtime class
+    (a pod with only ``runtimeClassName: nvidia`` and no request still holds the device:
+    user-pain.md §2.3, NVIDIA/gpu-operator#2570)."""
+    if gpu_resources(pod):
+        return True
+    return (pod.get("spec") or {}).get("runtimeClassName") in tuple(runtime_classes or ())
+
+
+def _owner_kinds(pod):
+    return [ref.get("kind") for ref in (pod.get("metadata") or {}).get("ownerReferences") or []]
+
+
+def _has_emptydir(pod):
+    return any("emptyDir" in volume for volume in (pod.get("spec") or {}).get("volumes") or [])
+
+
+def summarize_pod(pod, reason=None):
+    meta = pod.get("metadata") or {}
+    out = {"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid"),
+           "gpu_resources": gpu_resources(pod)}
+    if reason:
+        out["reason"] = reason
+    return out
+
+
+def classify_pods(pods, pod_scope="gpu", runtime_classes=DEFAULT_GPU_RUNTIME_CLASSES, force=False,
+                  delete_emptydir_data=False):
+    """Split a node's pods into what the drain evicts, waits for, leaves alone, and what blocks it.
+
+    Returns a dict with lists ``evict``, ``terminating``, ``skipped`` and ``blockers`` of pod summaries.
+    DaemonSet pods are never evicted: GPU Operator operands are paused by MIG Manager through their
+    ``nvidia.com/gpu.deploy.*`` labels (nvidia-gpu-operator-and-mig.md §3.6 step 7), and a DaemonSet would
+    recreate anything else on the cordoned node anyway.
+    """
+    plan = {"evict": [], "terminating": [], "skipped": [], "blockers": []}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        if MIRROR_POD_ANNOTATION in (meta.get("annotations") or {}):
+            plan["skipped"].append(summarize_pod(pod, "static (mirror) pod"))
+            continue
+        if "DaemonSet" in _owner_kinds(pod):
+            plan["skipped"].append(summarize_pod(pod, "DaemonSet pod"))
+            continue
+        if phase in ("Succeeded", "Failed"):
+            plan["skipped"].append(summarize_pod(pod, "finished (%s)" % phase))
+            continue
+        if pod_scope == "gpu" and not is_gpu_pod(pod, runtime_classes):
+            plan["skipped"].append(summarize_pod(pod, "does not use a GPU"))
+            continue
+        if meta.get("deletionTimestamp"):
+            plan["terminating"].append(summarize_pod(pod, "already terminating"))
+            continue
+        if not _owner_kinds(pod) and not force:
+            plan["blockers"].append(summarize_pod(
+                pod, "not managed by a controller: it would not be recreated (set force to evict it)"))
+            continue
+        if _has_emptydir(pod) and not delete_emptydir_data:
+            plan["blockers"].append(summarize_pod(
+                pod, "uses emptyDir, whose data eviction deletes (set delete_emptydir_data to evict it)"))
+            continue
+        plan["evict"].append(summarize_pod(pod))
+    return plan
+
+
+def _expression_matches(expression, labels):
+    key = expression.get("key")
+    operator = expression.get("operator")
+    values = expression.get("values") or []
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    return False
+
+
+def selector_matches(selector, labels):
+    """Kubernetes LabelSelector semantics (the Python client has no matcher). A PDB with an empty selector
+    ({}) selects every pod of its namespace (policy/v1); a null selector selects none."""
+    if selector is None:
+        return False
+    labels = labels or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    return all(_expression_matches(expr, labels) for expr in selector.get("matchExpressions") or [])
+
+
+def budgets_for(pod, pdbs):
+    meta = pod.get("metadata") or {}
+    return [pdb for pdb in pdbs
+            if (pdb.get("metadata") or {}).get("namespace") == meta.get("namespace")
+            and selector_matches((pdb.get("spec") or {}).get("selector"), meta.get("labels"))]
+
+
+def blocking_budgets(pods_to_evict, pdbs):
+    """Budgets that allow fewer disruptions than the pods we would evict under them.
+
+    Returns [{namespace, name, disruptions_allowed, pods: [ns/name...]}], the drain's predicted blocks
+    (user-pain.md §2.1: list budgets with disruptionsAllowed before draining)."""
+    covered = {}
+    for pod in pods_to_evict:
+        for pdb in budgets_for(pod, pdbs):
+            key = ((pdb.get("metadata") or {}).get("namespace"), (pdb.get("metadata") or {}).get("name"))
+            entry = covered.setdefault(key, {"pdb": pdb, "pods": []})
+            entry["pods"].append(pod_ref(pod))
+    blocking = []
+    for (namespace, name), entry in sorted(covered.items()):
+        allowed = int((entry["pdb"].get("status") or {}).get("disruptionsAllowed") or 0)
+        if allowed < len(entry["pods"]):
+            blocking.append({"namespace": namespace, "name": name, "disruptions_allowed": allowed,
+                             "pods": sorted(entry["pods"])})
+    return blocking
+
+
+# -- cordon bookkeeping ----------------------------------------------------------------------------------
+
+def cordon_patch(node):
+    """The merge patch that cordons ``node`` and records what it found, or None when nothing is needed."""
+    annotations = annotations_of(node)
+    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    if PRIOR_UNSCHEDULABLE_ANNOTATION in annotations:
+        # We cordoned it earlier (an interrupted run): keep the first record, it holds the admin's state.
+        return None if unschedulable else {"spec": {"unschedulable": True}}
+    return {"metadata": {"annotations": {PRIOR_UNSCHEDULABLE_ANNOTATION: "true" if unschedulable else "false"}},
+            "spec": {"unschedulable": True}}
+
+
+def uncordon_patch(node):
+    """(patch or None, outcome) restoring the schedulability recorded by ``cordon_patch``.
+
+    outcome: ``uncordoned``, ``left-cordoned`` (it was cordoned before us) or ``no-record``."""
+    prior = annotations_of(node).get(PRIOR_UNSCHEDULABLE_ANNOTATION)
+    if prior is None:
+        return None, "no-record"
+    if prior == "true":
+        return {"metadata": {"annotations": {PRIOR_UNSCHEDULABLE_ANNOTATION: None}}}, "left-cordoned"
+    return ({"metadata": {"annotations": {PRIOR_UNSCHEDULABLE_ANNOTATION: None}}, "spec": {"unschedulable": None}},
+            "uncordoned")
+
+
+# -- the drain against the API ---------------------------------------------------------------------------
+
+class NodeDrainer(object):
+    """Drain one node through ``KubeOps``; every method returns plain data for module results."""
+
+    def __init__(self, ops, node_name, pod_scope="gpu", runtime_classes=DEFAULT_GPU_RUNTIME_CLASSES,
+                 force=False, delete_emptydir_data=False, disable_eviction=False, grace_period=None,
+                 retry_delay=5.0):
+        self.ops = ops
+        self.node_name = node_name
+        self.pod_scope = pod_scope
+        self.runtime_classes = runtime_classes
+        self.force = force
+        self.delete_emptydir_data = delete_emptydir_data
+        self.disable_eviction = disable_eviction
+        self.grace_period = grace_period
+        self.retry_delay = retry_delay
+
+    def read_node(self):
+        try:
+            return self.ops.get_node(self.node_name)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise DrainError("node %s not found" % self.node_name)
+            raise
+
+    def plan(self, node=None):
+        """What a drain would do now: pods to evict/wait for/skip, blockers, blocking budgets."""
+        node = node or self.read_node()
+        pods = self.ops.list_pods_on_node(self.node_name).get("items") or []
+        plan = classify_pods(pods, self.pod_scope, self.runtime_classes, self.force, self.delete_emptydir_data)
+        by_ref = dict((pod_ref(pod), pod) for pod in pods)
+        namespaces = sorted(set(p["namespace"] for p in plan["evict"]))
+        pdbs = []
+        for namespace in namespaces:
+            pdbs.extend(self.ops.list_pdbs(namespace).get("items") or [])
+        evict_pods = [by_ref["%s/%s" % (p["namespace"], p["name"])] for p in plan["evict"]]
+        plan["blocking_budgets"] = [] if self.disable_eviction else blocking_budgets(evict_pods, pdbs)
+        plan["_pdbs"] = pdbs
+        plan["_pods"] = by_ref
+        plan["node_unschedulable"] = bool((node.get("spec") or {}).get("unschedulable"))
+        plan["cordon_needed"] = cordon_patch(node) is not None
+        plan["node"] = node
+        return plan
+
+    def cordon(self, node):
+        patch = cordon_patch(node)
+        if patch is None:
+            return False, node
+        return True, self.ops.patch_node(self.node_name, patch)
+
+    def uncordon(self, node=None):
+        node = node or self.read_node()
+        patch, outcome = uncordon_patch(node)
+        if patch is None:
+            return False, outcome
+        self.ops.patch_node(self.node_name, patch)
+        return True, outcome
+
+    def evict_all(self, plan, deadline):
+        """Evict the planned pods, retrying PDB refusals (429) until ``deadline``.
+
+        Returns (evicted, gone_before, blocked) where blocked maps pod ref -> [budget ns/name]."""
+        pending = list(plan["evict"])
+        evicted, gone_before = [], []
+        while True:
+            still_blocked = []
+            for pod in pending:
+                try:
+                    if self.disable_eviction:
+                        self.ops.delete_pod(pod["namespace"], pod["name"], self.grace_period)
+                    else:
+                        self.ops.evict(pod["namespace"], pod["name"], self.grace_period)
+                    evicted.append(pod)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        gone_before.append(pod)
+                    elif exc.status == 429:
+                        still_blocked.append(pod)
+                    else:
+                        raise DrainError("evicting pod %s/%s from node %s failed: HTTP %s %s" % (
+                            pod["namespace"], pod["name"], self.node_name, exc.status, exc.reason),
+                            {"evicted": evicted})
+            pending = still_blocked
+            if not pending:
+                return evicted, gone_before, {}
+            if time.monotonic() + self.retry_delay > deadline:
+                blocked = {}
+                for pod in pending:
+                    full = plan["_pods"].get("%s/%s" % (pod["namespace"], pod["name"]))
+                    blocked["%s/%s" % (pod["namespace"], pod["name"])] = [
+                        "%s/%s" % (b["metadata"]["namespace"], b["metadata"]["name"])
+                        for b in budgets_for(full or {}, plan["_pdbs"])] or ["unknown budget"]
+                return evicted, gone_before, blocked
+            time.sleep(self.retry_delay)
+
+    def wait_gone(self, pods, deadline):
+        """Watch the node's pods until none of ``pods`` (by uid) remains; returns refs still present on
+        timeout (empty list when all are gone)."""
+        waiting = dict((p["uid"], "%s/%s" % (p["namespace"], p["name"])) for p in pods)
+        if not waiting:
+            return []
+        listing = self.ops.list_pods_on_node(self.node_name)
+        present = set(((item.get("metadata") or {}).get("uid")) for item in listing.get("items") or [])
+        for uid in list(waiting):
+            if uid not in present:
+                waiting.pop(uid)
+        if not waiting:
+            return []
+
+        def done(event_type, pod):
+            uid = (pod.get("metadata") or {}).get("uid")
+            if event_type == "DELETED" or (pod.get("spec") or {}).get("nodeName") != self.node_name:
+                waiting.pop(uid, None)
+            return not waiting
+
+        try:
+            self.ops.watch(self.ops.core.list_pod_for_all_namespaces, deadline, done, listing,
+                           field_selector="spec.nodeName=%s" % self.node_name)
+        except DeadlineExceeded:
+            return sorted(waiting.values())
+        return []
+
+
+def public_plan(plan):
+    """A drain plan without the raw objects, for module results."""
+    return dict((k, v) for k, v in plan.items() if not k.startswith("_") and k != "node")
+
+
+def drain_node(drainer, timeout, check_mode=False):
+    """Cordon, evict and wait, as one step. Returns a result dict; raises DrainError (with the same keys in
+    ``result``) when blocked or late. The node stays cordoned on failure and the result says so."""
+    deadline = time.monotonic() + timeout
+    plan = drainer.plan()
+    result = public_plan(plan)
+    result.update({"node": drainer.node_name, "evicted": [], "changed": False, "cordoned": False})
+    if plan["blockers"]:
+        raise DrainError("node %s: drain refused before any change, pods that cannot be evicted safely: %s" % (
+            drainer.node_name, ", ".join("%s/%s (%s)" % (p["namespace"], p["name"], p["reason"])
+                                         for p in plan["blockers"])), result)
+    if check_mode:
+        result["changed"] = plan["cordon_needed"] or bool(plan["evict"])
+        result["would_evict"] = plan["evict"]
+        return result
+    changed, node = drainer.cordon(plan["node"])
+    result["changed"] = changed
+    result["cordoned"] = True
+    evicted, gone_before, blocked = drainer.evict_all(plan, deadline)
+    result["evicted"] = evicted
+    result["gone_before_eviction"] = gone_before
+    result["changed"] = result["changed"] or bool(evicted)
+    if blocked:
+        budgets = sorted(set(b for refs in blocked.values() for b in refs))
+        result["blocked_by"] = budgets
+        result["not_evicted"] = sorted(blocked)
+        raise DrainError("node %s: eviction blocked by PDB %s until the deadline (%ss); pods not evicted: %s; "
+                         "node left cordoned" % (drainer.node_name, ", ".join(budgets), timeout,
+                                                 ", ".join(sorted(blocked))), result)
+    remaining = drainer.wait_gone(evicted + plan["terminating"], deadline)
+    if remaining:
+        result["still_running"] = remaining
+        raise DrainError("node %s: evicted pods still present at the deadline (%ss): %s; node left cordoned" % (
+            drainer.node_name, timeout, ", ".join(remaining)), result)
+    return result

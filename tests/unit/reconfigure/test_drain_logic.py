@@ -1,0 +1,113 @@
+"""Pure drain logic: which pods a GPU drain evicts, which budgets block, and cordon bookkeeping."""
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import drain
+
+
+def pod(name, ns="team", resources=None, runtime_class=None, owner="ReplicaSet", phase="Running",
+        labels=None, emptydir=False, terminating=False, mirror=False):
+    meta = {"name": name, "namespace": ns, "uid": "uid-" + name, "labels": labels or {}}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner, "name": "o"}]
+    if terminating:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if mirror:
+        meta["annotations"] = {"kubernetes.io/config.mirror": "x"}
+    spec = {"containers": [{"name": "c", "resources": {"limits": resources or {}}}]}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    if emptydir:
+        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def names(items):
+    return sorted(p["name"] for p in items)
+
+
+def test_gpu_scope_evicts_gpu_mig_and_runtimeclass_pods_only():
+    pods = [pod("whole", resources={"nvidia.com/gpu": "1"}),
+            pod("slice", resources={"nvidia.com/mig-1g.10gb": "1"}),
+            pod("shared", resources={"nvidia.com/gpu.shared": "1"}),
+            pod("runtime", runtime_class="nvidia"),
+            pod("cpu", resources={"cpu": "2"})]
+    plan = drain.classify_pods(pods)
+    assert names(plan["evict"]) == ["runtime", "shared", "slice", "whole"]
+    assert names(plan["skipped"]) == ["cpu"]
+    assert plan["evict"][0]["gpu_resources"] or plan["evict"][0]["name"] == "runtime"
+
+
+def test_all_scope_evicts_cpu_pods_but_never_daemonsets_mirror_or_finished():
+    pods = [pod("cpu"), pod("plugin", owner="DaemonSet", resources={"nvidia.com/gpu": "1"}),
+            pod("static", mirror=True), pod("done", phase="Succeeded")]
+    plan = drain.classify_pods(pods, pod_scope="all")
+    assert names(plan["evict"]) == ["cpu"]
+    assert names(plan["skipped"]) == ["done", "plugin", "static"]
+
+
+def test_bare_and_emptydir_pods_block_unless_allowed():
+    pods = [pod("bare", owner=None, resources={"nvidia.com/gpu": "1"}),
+            pod("scratch", emptydir=True, resources={"nvidia.com/gpu": "1"})]
+    plan = drain.classify_pods(pods)
+    assert names(plan["blockers"]) == ["bare", "scratch"] and not plan["evict"]
+    assert "force" in [p for p in plan["blockers"] if p["name"] == "bare"][0]["reason"]
+    plan = drain.classify_pods(pods, force=True, delete_emptydir_data=True)
+    assert names(plan["evict"]) == ["bare", "scratch"] and not plan["blockers"]
+
+
+def test_terminating_pods_are_waited_for_not_evicted():
+    plan = drain.classify_pods([pod("leaving", resources={"nvidia.com/gpu": "1"}, terminating=True)])
+    assert names(plan["terminating"]) == ["leaving"] and not plan["evict"]
+
+
+def test_selector_semantics():
+    labels = {"app": "train", "tier": "gpu"}
+    assert drain.selector_matches({"matchLabels": {"app": "train"}}, labels)
+    assert not drain.selector_matches({"matchLabels": {"app": "serve"}}, labels)
+    assert drain.selector_matches({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]},
+                                  labels)
+    assert not drain.selector_matches({"matchExpressions": [{"key": "x", "operator": "Exists"}]}, labels)
+    assert drain.selector_matches({"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]}, labels)
+    assert drain.selector_matches({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["a"]}]},
+                                  labels)
+    assert drain.selector_matches({}, labels)  # empty selector: every pod of the namespace
+    assert not drain.selector_matches(None, labels)
+
+
+def pdb(name, ns, match, allowed):
+    return {"metadata": {"name": name, "namespace": ns}, "spec": {"selector": {"matchLabels": match}},
+            "status": {"disruptionsAllowed": allowed}}
+
+
+def test_blocking_budgets_counts_pods_per_budget():
+    pods = [pod("a", labels={"app": "x"}), pod("b", labels={"app": "x"}), pod("c", labels={"app": "y"})]
+    pdbs = [pdb("one-left", "team", {"app": "x"}, 1), pdb("free", "team", {"app": "y"}, 1),
+            pdb("other-ns", "elsewhere", {"app": "x"}, 0)]
+    blocking = drain.blocking_budgets(pods, pdbs)
+    assert blocking == [{"namespace": "team", "name": "one-left", "disruptions_allowed": 1,
+                         "pods": ["team/a", "team/b"]}]
+
+
+def node(unschedulable=False, prior=None):
+    meta = {"name": "n1", "annotations": {}}
+    if prior is not None:
+        meta["annotations"][drain.PRIOR_UNSCHEDULABLE_ANNOTATION] = prior
+    return {"metadata": meta, "spec": {"unschedulable": unschedulable} if unschedulable else {}}
+
+
+def test_cordon_records_prior_state_once():
+    assert drain.cordon_patch(node()) == {
+        "metadata": {"annotations": {drain.PRIOR_UNSCHEDULABLE_ANNOTATION: "false"}},
+        "spec": {"unschedulable": True}}
+    assert drain.cordon_patch(node(True))["metadata"]["annotations"][drain.PRIOR_UNSCHEDULABLE_ANNOTATION] == "true"
+    # A re-run after our own cordon keeps the first record and changes nothing.
+    assert drain.cordon_patch(node(True, prior="false")) is None
+    # Someone uncordoned it meanwhile: cordon again, keep the record.
+    assert drain.cordon_patch(node(False, prior="false")) == {"spec": {"unschedulable": True}}
+
+
+def test_uncordon_restores_exactly_what_was_found():
+    patch, outcome = drain.uncordon_patch(node(True, prior="false"))
+    assert outcome == "uncordoned" and patch["spec"] == {"unschedulable": None}
+    patch, outcome = drain.uncordon_patch(node(True, prior="true"))
+    assert outcome == "left-cordoned" and "spec" not in patch
+    assert drain.uncordon_patch(node(True)) == (None, "no-record")
