@@ -19,7 +19,7 @@ import traceback
 try:
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.rest import ApiException  # noqa: F401  pylint: disable=unused-import  (re-exported for callers)
 
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
@@ -107,11 +107,9 @@ def get_api_client(params):
     api_client = k8s_client.ApiClient(configuration)
     if params.get("impersonate_user"):
         api_client.set_default_header("Impersonate-User", params["impersonate_user"])
-    for group in params.get("impersonate_groups") or []:
-        # The client keeps one value per header name; Kubernetes accepts repeated headers only,
-        # so more than one group is joined, which the API server splits on commas.
+    if params.get("impersonate_groups"):
+        # The client keeps one value per header name, so several groups share one header.
         api_client.set_default_header("Impersonate-Group", ",".join(params["impersonate_groups"]))
-        break
     return api_client
 
 

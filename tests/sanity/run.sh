@@ -6,6 +6,15 @@ root=$(git rev-parse --show-toplevel)
 dest=$root/build/sanity/ansible_collections/gpufleet/gpu_operator
 rm -rf "$dest" && mkdir -p "$dest"
 cd "$root"
+# ansible-test fetches its pip bootstrap from a host these machines cannot reach: provide it locally.
+pip_version=$(python - <<'PY'
+from ansible_test._internal.python_requirements import get_venv_packages
+from ansible_test._internal.host_configs import NativePythonConfig
+print(get_venv_packages(NativePythonConfig(version="3.11", path="python3"))["pip"])
+PY
+)
+mkdir -p ~/.ansible/test/cache
+cp tests/sanity/get_pip_bootstrap.py ~/.ansible/test/cache/get_pip_${pip_version//./_}.py
 git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents -P {} "$dest/" 2>/dev/null || true
 cd "$dest"
 git init -q . && git add -A >/dev/null 2>&1
