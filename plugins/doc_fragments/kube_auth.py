@@ -57,11 +57,6 @@ options:
     description:
       - User name to impersonate for the API calls.
     type: str
-  impersonate_groups:
-    description:
-      - Groups to impersonate for the API calls.
-    type: list
-    elements: str
 requirements:
   - kubernetes >= 30.0.0 (Python client)
 """

@@ -45,7 +45,6 @@ AUTH_ARG_SPEC = dict(
     client_key=dict(type="path", aliases=["key_file"], no_log=False, fallback=(env_fallback, ["K8S_AUTH_KEY_FILE"])),
     proxy=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_PROXY"])),
     impersonate_user=dict(type="str"),
-    impersonate_groups=dict(type="list", elements="str"),
 )
 
 AUTH_PARAM_NAMES = tuple(AUTH_ARG_SPEC)
@@ -107,9 +106,6 @@ def get_api_client(params):
     api_client = k8s_client.ApiClient(configuration)
     if params.get("impersonate_user"):
         api_client.set_default_header("Impersonate-User", params["impersonate_user"])
-    if params.get("impersonate_groups"):
-        # The client keeps one value per header name, so several groups share one header.
-        api_client.set_default_header("Impersonate-Group", ",".join(params["impersonate_groups"]))
     return api_client
 
 

@@ -1,0 +1,161 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Built-in MIG profile tables per GPU model, for planning where NVML cannot be read.
+
+A live table from NVML (gpu_info) always wins over this catalog (see plan.py). Data and sources:
+catalog_data.py.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import re
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog_data
+
+NVIDIA_VENDOR_ID = "10DE"
+
+
+class UnknownModelError(LookupError):
+    """No catalog entry for a GPU name / PCI id; the message names what was looked up."""
+
+
+def normalize_pci_device_id(value):
+    """``0x233510de`` / ``0x2335`` / 0x233510DE (int) -> ``0x233510DE`` (device then vendor, §4.1)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int):
+        text = "%08X" % value
+    else:
+        text = str(value).strip().upper()
+        if text.startswith("0X"):
+            text = text[2:]
+        text = text.split(":")[0]
+    if not re.match(r"^[0-9A-F]{4}([0-9A-F]{4})?$", text):
+        raise ValueError("'%s' is not a PCI device id: expected 0xDDDDVVVV, e.g. 0x233510DE" % (value,))
+    if len(text) == 4:
+        text += NVIDIA_VENDOR_ID
+    return "0x" + text
+
+
+def _name_key(name):
+    """Compare names ignoring case, punctuation, spaces and a leading NVIDIA."""
+    key = re.sub(r"[^A-Z0-9]", "", str(name).upper())
+    return key[len("NVIDIA"):] if key.startswith("NVIDIA") else key
+
+
+def _build_profiles(entry):
+    layout = catalog_data.SEVEN_SLICE_LAYOUT if entry["layout"] == "seven" else catalog_data.FOUR_SLICE_LAYOUT
+    profiles = []
+    for kind, index, profile_id, slices, memory_slices, count, starts in layout:
+        engines = entry.get("engines", {}).get(kind) or (None,) * 5
+        profiles.append({
+            "name": entry["names"][kind],
+            "id": profile_id,
+            "index": index,
+            "slices": slices,
+            "memory_slices": memory_slices,
+            "instance_count": count,
+            "multiprocessors": entry.get("sms", {}).get(kind),
+            "memory_mb": entry.get("profile_memory_mb", {}).get(kind),
+            "copy_engines": engines[0],
+            "decoders": engines[1],
+            "encoders": engines[2],
+            "jpegs": engines[3],
+            "ofas": engines[4],
+            "placements": [{"start": s, "size": memory_slices} for s in starts],
+        })
+    return profiles
+
+
+def _build_model(entry):
+    seven = entry["layout"] == "seven"
+    model = {
+        "name": entry["name"],
+        "aliases": list(entry.get("aliases", ())),
+        "pci_device_id": entry["pci_device_ids"][0],
+        "pci_device_ids": list(entry["pci_device_ids"]),
+        "memory_mb": entry["memory_mb"],
+        "memory_slices": 8 if seven else 4,
+        "compute_slices": 7 if seven else 4,
+        "mig_capable": True,
+        "source": "catalog",
+        "profiles": _build_profiles(entry),
+    }
+    if entry.get("placements_source"):
+        model["placements_source"] = entry["placements_source"]
+    return model
+
+
+_MODELS = tuple(_build_model(entry) for entry in catalog_data.MODELS)
+
+
+def all_models():
+    """Every catalog model (deep copies, safe to modify), in catalog order."""
+    return copy.deepcopy(list(_MODELS))
+
+
+def model_names():
+    return [m["name"] for m in _MODELS]
+
+
+def get_model(name=None, pci_device_id=None):
+    """The catalog model for an NVML name (or alias) or a PCI device id; None when unknown.
+
+    The PCI id wins when both are given and it is known (names vary by board and driver).
+    """
+    if pci_device_id:
+        wanted = normalize_pci_device_id(pci_device_id)
+        for model in _MODELS:
+            if wanted in model["pci_device_ids"]:
+                return copy.deepcopy(model)
+    if name:
+        key = _name_key(name)
+        for model in _MODELS:
+            if key in [_name_key(n) for n in [model["name"]] + model["aliases"]]:
+                return copy.deepcopy(model)
+    return None
+
+
+def require_model(name=None, pci_device_id=None):
+    """Like get_model but raises UnknownModelError naming the GPU and the models known."""
+    model = get_model(name=name, pci_device_id=pci_device_id)
+    if model is None:
+        what = " ".join(x for x in (
+            "'%s'" % name if name else "",
+            "(PCI device id %s)" % pci_device_id if pci_device_id else "") if x)
+        raise UnknownModelError(
+            "GPU %s is not in the built-in MIG catalog (known: %s); read its profile table with "
+            "gpu_info on the host instead" % (what or "<unnamed>", ", ".join(model_names()))
+        )
+    return model
+
+
+def model_from_gfd_product(product_label):
+    """Catalog model for a GFD ``nvidia.com/gpu.product`` label, or None.
+
+    GFD writes the NVML name with whitespace turned into ``-`` and may append ``-MIG-<profile>``
+    (single strategy), ``-MIG-INVALID`` or ``-SHARED`` (reference §6.1, §6.2, §9.1).
+    """
+    if not product_label:
+        return None
+    base = re.sub(r"-SHARED$", "", str(product_label))
+    base = re.sub(r"-MIG-.*$", "", base)
+    return get_model(name=base)
+
+
+def gfd_product_name(model_name):
+    """The ``nvidia.com/gpu.product`` value GFD derives from an NVML name (§6.1)."""
+    cleaned = re.sub(r"[^A-Za-z0-9\-_. ]", "", model_name)
+    return re.sub(r"\s+", "-", cleaned.strip())
+
+
+def find_profile(model, profile_name):
+    """The profile dict named ``profile_name`` in a model (or live) table, or None."""
+    for profile in model.get("profiles", []):
+        if profile["name"] == profile_name:
+            return profile
+    return None

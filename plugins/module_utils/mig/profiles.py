@@ -1,0 +1,130 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""MIG profile names: parse, normalise, and derive config and resource names.
+
+Grammar as go-nvlib/mig-parted accept it: ``[<C>c.]<G>g.<GB>gb[+attr[,attr]|-attr]`` with attributes
+``me``, ``me.all``, ``gfx`` (go-nvlib pkg/nvlib/device/mig_profile.go; reference §5.5).
+Config names replace ``+`` by ``.`` (mig-parted builder normalizeProfileName, §4.1) and so do
+device-plugin resource names (``nvidia.com/mig-1g.10gb.me``, §6.3).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import collections
+import math
+import re
+
+ATTRIBUTES = ("me.all", "me", "gfx")  # longest first so "me.all" wins over "me"
+
+_PROFILE_RE = re.compile(
+    r"^(?:(?P<c>[1-9][0-9]*)c\.)?(?P<g>[1-9][0-9]*)g\.(?P<gb>[1-9][0-9]*)gb"
+    r"(?:\+(?P<attrs>[a-z.,]+)|-(?P<neg>[a-z.,]+))?$"
+)
+
+Profile = collections.namedtuple("Profile", ["c", "g", "gb", "attrs", "negattrs"])
+
+
+class ProfileNameError(ValueError):
+    """A string that is not a MIG profile name; the message quotes it."""
+
+
+def _split_attrs(text, original):
+    attrs = tuple(a for a in text.split(",")) if text else ()
+    for attr in attrs:
+        if attr not in ATTRIBUTES:
+            raise ProfileNameError(
+                "'%s' is not a MIG profile name: unknown attribute '%s' (known: %s)"
+                % (original, attr, ", ".join(sorted(ATTRIBUTES)))
+            )
+    return attrs
+
+
+def parse_profile(name):
+    """Parse ``name`` into Profile(c, g, gb, attrs, negattrs); c == g when no ``<C>c.`` prefix."""
+    if not isinstance(name, str):
+        raise ProfileNameError("%r is not a MIG profile name: expected a string like 1g.10gb" % (name,))
+    match = _PROFILE_RE.match(name.strip())
+    if not match:
+        raise ProfileNameError(
+            "'%s' is not a MIG profile name: expected [<C>c.]<G>g.<GB>gb[+me|+me.all|+gfx|-me], e.g. 1g.10gb"
+            % name
+        )
+    g = int(match.group("g"))
+    c = int(match.group("c")) if match.group("c") else g
+    if c > g:
+        raise ProfileNameError("'%s' is not a MIG profile name: %d compute slices exceed %d GPU slices" % (name, c, g))
+    attrs = _split_attrs(match.group("attrs"), name)
+    negattrs = _split_attrs(match.group("neg"), name)
+    return Profile(c, g, int(match.group("gb")), attrs, negattrs)
+
+
+def format_profile(profile):
+    """Canonical string for a Profile (inverse of parse_profile)."""
+    text = "%dg.%dgb" % (profile.g, profile.gb)
+    if profile.c != profile.g:
+        text = "%dc.%s" % (profile.c, text)
+    if profile.attrs:
+        text += "+" + ",".join(profile.attrs)
+    elif profile.negattrs:
+        text += "-" + ",".join(profile.negattrs)
+    return text
+
+
+def canonical_profile_name(text):
+    """Accept the forms users write and return the profile name mig-parted expects.
+
+    Takes ``1g.10gb+me``, the config/resource form ``1g.10gb.me``, ``nvidia.com/mig-1g.10gb.me``,
+    ``MIG 1g.10gb+me`` (NVML's v2 name) and ``all-1g.10gb.me``; raises ProfileNameError otherwise.
+    """
+    if not isinstance(text, str):
+        raise ProfileNameError("%r is not a MIG profile name: expected a string like 1g.10gb" % (text,))
+    name = text.strip()
+    for prefix in ("nvidia.com/mig-", "MIG ", "all-"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    match = re.match(r"^((?:[0-9]+c\.)?[0-9]+g\.[0-9]+gb)\.(me\.all|me|gfx)$", name)
+    if match:
+        name = "%s+%s" % (match.group(1), match.group(2))
+    try:
+        return format_profile(parse_profile(name))
+    except ProfileNameError:
+        raise ProfileNameError(
+            "'%s' is not a MIG profile name: expected [<C>c.]<G>g.<GB>gb[+me|+me.all|+gfx|-me], e.g. 1g.10gb" % text
+        )
+
+
+def profile_to_config_suffix(name):
+    """``1g.5gb+me`` -> ``1g.5gb.me``; ``-me`` is kept (static config uses ``all-1g.24gb-me``)."""
+    return format_profile(parse_profile(name)).replace("+", ".")
+
+
+def config_name_for(name):
+    """Named config that fills every GPU with ``name``: ``all-1g.5gb.me``."""
+    return "all-" + profile_to_config_suffix(name)
+
+
+def resource_name(name):
+    """Extended resource the device plugin advertises under the mixed strategy."""
+    return "nvidia.com/mig-" + profile_to_config_suffix(name)
+
+
+def is_base_profile(name):
+    """True for a GPU-instance profile with no attributes and C == G (used by all-balanced)."""
+    profile = parse_profile(name)
+    return profile.c == profile.g and not profile.attrs and not profile.negattrs
+
+
+def name_from_nvml(memory_mb, slice_count, total_memory_mb, suffix=""):
+    """Profile name from NVML numbers, as go-nvlib derives it when no v2 name is available.
+
+    GB = round(ceil(mem/total*8)/8 * ceil(total_GB)) (go-nvlib getMigMemorySizeGB, reference §5.5).
+    """
+    if not total_memory_mb or not memory_mb:
+        raise ProfileNameError("cannot name a profile of %s MB on a GPU of %s MB" % (memory_mb, total_memory_mb))
+    fraction = math.ceil(float(memory_mb) / float(total_memory_mb) * 8.0) / 8.0
+    total_gb = math.ceil(float(total_memory_mb) / 1024.0)
+    gb = int(math.floor(fraction * total_gb + 0.5))
+    return "%dg.%dgb%s" % (slice_count, gb, suffix)

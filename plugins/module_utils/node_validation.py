@@ -1,0 +1,148 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Does a GPU node's Kubernetes view agree with itself and with its hardware? (pure, no I/O)
+
+Checks GFD labels and device-plugin allocatable per MIG strategy (reference
+nvidia-gpu-operator-and-mig.md §6.1-§6.3) against each other and, when the node's hardware facts are
+known, against them. Every problem names the label, resource or GPU it is about.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.cluster_facts import (
+    LABEL_COUNT,
+    LABEL_MEMORY,
+    LABEL_MIG_STRATEGY,
+    LABEL_PRODUCT,
+    RESOURCE_GPU,
+    RESOURCE_MIG_PREFIX,
+    node_summary,
+)
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
+
+
+def product_label(model):
+    """GFD's product label for a model name: characters outside [A-Za-z0-9-_. ] dropped, spaces -> '-' (§6.1)."""
+    return re.sub(r"\s+", "-", _UNSAFE.sub("", model).strip())
+
+
+def resource_profile(profile):
+    """Profile as it appears in mixed-strategy resource and label names ('+' -> '.', §6.3)."""
+    return profile.replace("+", ".")
+
+
+def hardware_view(hardware):
+    """What the hardware says, per strategy: model, memory, full GPUs, MIG devices per profile."""
+    gpus = hardware.get("gpus") or []
+    models = sorted(set(gpu.get("name") for gpu in gpus if gpu.get("name")))
+    mig_devices = {}
+    full_gpus = 0
+    mig_enabled = 0
+    for gpu in gpus:
+        if gpu.get("mig_enabled"):
+            mig_enabled += 1
+            for profile in gpu.get("mig_devices") or []:
+                key = resource_profile(profile)
+                mig_devices[key] = mig_devices.get(key, 0) + 1
+        else:
+            full_gpus += 1
+    memory = sorted(set(gpu.get("memory_mib") for gpu in gpus if gpu.get("memory_mib")))
+    return {"count": len(gpus), "models": models, "memory_mib": memory, "full_gpus": full_gpus,
+            "mig_enabled_gpus": mig_enabled, "mig_devices": mig_devices}
+
+
+def _label_vs_allocatable(summary, strategy, problems):
+    labels = summary["labels"]
+    allocatable = summary["allocatable"]
+    total = sum(allocatable.values())
+    label_count = summary["count"]
+    if LABEL_PRODUCT not in labels:
+        problems.append("label %s missing (gpu-feature-discovery has not labelled the node)" % LABEL_PRODUCT)
+    if strategy in ("single", "mixed") and labels.get(LABEL_MIG_STRATEGY) != strategy:
+        problems.append("label %s is %r, ClusterPolicy says %s" % (LABEL_MIG_STRATEGY, labels.get(LABEL_MIG_STRATEGY), strategy))
+    if summary["mig_invalid"]:
+        problems.append("label %s=%s: GFD found a MIG layout the single strategy cannot advertise"
+                        % (LABEL_PRODUCT, summary["product_label"]))
+    if total == 0:
+        problems.append("device plugin advertises 0 GPU resources (allocatable has no nvidia.com/gpu or nvidia.com/mig-*)")
+    if strategy == "mixed":
+        for profile, count in sorted(summary["mig_devices"].items()):
+            advertised = allocatable.get(RESOURCE_MIG_PREFIX + profile, 0)
+            if advertised != count:
+                problems.append("label nvidia.com/mig-%s.count=%d but allocatable %s%s=%d"
+                                % (profile, count, RESOURCE_MIG_PREFIX, profile, advertised))
+        for resource, advertised in sorted(allocatable.items()):
+            if resource.startswith(RESOURCE_MIG_PREFIX) and resource[len(RESOURCE_MIG_PREFIX):] not in summary["mig_devices"]:
+                problems.append("allocatable %s=%d has no nvidia.com/mig-%s.count label"
+                                % (resource, advertised, resource[len(RESOURCE_MIG_PREFIX):]))
+    elif label_count is not None and allocatable.get(RESOURCE_GPU, 0) != label_count and not summary["mig_invalid"]:
+        problems.append("label %s=%d but allocatable %s=%d" % (LABEL_COUNT, label_count, RESOURCE_GPU, allocatable.get(RESOURCE_GPU, 0)))
+
+
+def _labels_vs_hardware(summary, strategy, hardware, problems):
+    view = hardware_view(hardware)
+    labels = summary["labels"]
+    allocatable = summary["allocatable"]
+    if not view["count"]:
+        problems.append("hardware reports no GPU")
+        return view
+    if len(view["models"]) == 1:
+        expected = product_label(view["models"][0])
+        if summary["model"] and summary["model"] != expected:
+            problems.append("label %s=%s but the hardware is %s" % (LABEL_PRODUCT, summary["product_label"], view["models"][0]))
+    single_mig = strategy == "single" and view["mig_enabled_gpus"] > 0
+    if not single_mig:
+        if summary["count"] is not None and summary["count"] != view["count"]:
+            problems.append("label %s=%s but the hardware has %d GPUs" % (LABEL_COUNT, summary["count"], view["count"]))
+        if len(view["memory_mib"]) == 1 and summary["memory_mb"] is not None and summary["memory_mb"] != view["memory_mib"][0]:
+            problems.append("label %s=%s but the hardware has %d MiB per GPU" % (LABEL_MEMORY, summary["memory_mb"], view["memory_mib"][0]))
+    if strategy == "mixed":
+        if allocatable.get(RESOURCE_GPU, 0) != view["full_gpus"]:
+            problems.append("allocatable %s=%d but the hardware has %d GPUs without MIG"
+                            % (RESOURCE_GPU, allocatable.get(RESOURCE_GPU, 0), view["full_gpus"]))
+        for profile in sorted(set(view["mig_devices"]) | set(summary["mig_devices"])):
+            want = view["mig_devices"].get(profile, 0)
+            have = summary["mig_devices"].get(profile, 0)
+            if want != have:
+                problems.append("label nvidia.com/mig-%s.count=%d but the hardware has %d %s MIG devices" % (profile, have, want, profile))
+    elif single_mig:
+        profiles = sorted(view["mig_devices"])
+        if len(profiles) == 1 and view["full_gpus"] == 0:
+            expected = "%s-MIG-%s" % (product_label(view["models"][0]) if len(view["models"]) == 1 else "?", profiles[0])
+            if summary["product_label"] != expected:
+                problems.append("label %s=%s but the hardware's MIG layout gives %s" % (LABEL_PRODUCT, summary["product_label"], expected))
+            if allocatable.get(RESOURCE_GPU, 0) != view["mig_devices"][profiles[0]]:
+                problems.append("allocatable %s=%d but the hardware has %d %s MIG devices"
+                                % (RESOURCE_GPU, allocatable.get(RESOURCE_GPU, 0), view["mig_devices"][profiles[0]], profiles[0]))
+        else:
+            problems.append("MIG layout %s (with %d GPUs without MIG) cannot be advertised under the single strategy"
+                            % (view["mig_devices"], view["full_gpus"]))
+    elif allocatable.get(RESOURCE_GPU, 0) != view["count"]:
+        problems.append("allocatable %s=%d but the hardware has %d GPUs" % (RESOURCE_GPU, allocatable.get(RESOURCE_GPU, 0), view["count"]))
+    return view
+
+
+def validate_node(node, strategy, hardware=None, operands=None):
+    """Problems of one GPU node (empty list = healthy) and the resources a smoke test should request.
+
+    ``operands``: {operand: 'ready' | reason} from operator_status.node_report.
+    ``hardware``: {'gpus': [{'name', 'memory_mib', 'mig_enabled', 'mig_devices': [profile, ...]}]} or None.
+    """
+    summary = node_summary(node)
+    problems = []
+    for operand, status in sorted((operands or {}).items()):
+        if status != "ready":
+            problems.append("operand %s: %s" % (operand, status))
+    _label_vs_allocatable(summary, strategy, problems)
+    if hardware is not None:
+        _labels_vs_hardware(summary, strategy, hardware, problems)
+    smoke = sorted(resource for resource, count in summary["allocatable"].items() if count > 0)
+    if strategy != "mixed":
+        smoke = [resource for resource in smoke if resource == RESOURCE_GPU]
+    return {"node": summary["node_name"], "problems": problems, "smoke_resources": smoke, "summary": summary}

@@ -1,0 +1,158 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_operator_status
+short_description: Report, or wait for, the readiness of the NVIDIA GPU Operator
+version_added: 0.1.0
+description:
+  - Reads ClusterPolicy C(cluster-policy) and the operand pods in the operator namespace and reports,
+    per GPU node, whether each enabled operand (driver, container-toolkit, device-plugin,
+    gpu-feature-discovery, dcgm-exporter, operator-validator, mig-manager) is Running or Completed.
+  - With O(wait=true) it polls until everything is ready or O(timeout) passes; on timeout it fails with a
+    message naming each node and operand that is not ready.
+  - Read-only; never changes the cluster.
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.kube_auth
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  namespace:
+    description: Namespace the operator and its operands run in.
+    type: str
+    default: gpu-operator
+  nodes:
+    description:
+      - Names of the nodes that must be ready GPU nodes (for example the inventory's C(gpu_nodes)).
+      - When omitted, every node labelled C(nvidia.com/gpu.present=true) is checked.
+    type: list
+    elements: str
+  wait:
+    description: Wait until the operator is ready instead of reporting once.
+    type: bool
+    default: false
+  timeout:
+    description: Seconds to wait when O(wait=true).
+    type: int
+    default: 600
+  poll_interval:
+    description: Seconds between two readings while waiting.
+    type: int
+    default: 3
+author:
+  - gpufleet contributors
+"""
+
+EXAMPLES = r"""
+- name: Wait up to ten minutes for the GPU Operator
+  gpufleet.gpu_operator.gpu_operator_status:
+    kubeconfig: ~/.kube/config
+    nodes: "{{ groups['gpu_nodes'] }}"
+    wait: true
+    timeout: 600
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+ready:
+  description: Whether the ClusterPolicy is ready and every expected operand pod is Running or Completed.
+  returned: always
+  type: bool
+state:
+  description: ClusterPolicy C(status.state), or why it could not be read.
+  returned: always
+  type: str
+  sample: ready
+operands:
+  description: Operands the ClusterPolicy enables.
+  returned: always
+  type: list
+  elements: str
+  sample: [driver, container-toolkit, device-plugin, gpu-feature-discovery, dcgm-exporter, operator-validator, mig-manager]
+nodes:
+  description: Per node, each expected operand's status (C(ready) or the reason it is not).
+  returned: always
+  type: dict
+  sample: {"gpu-a": {"device-plugin": "ready", "mig-manager": "paused-for-mig-change"}}
+not_ready:
+  description: One line per thing that is not ready, naming the node and operand.
+  returned: always
+  type: list
+  elements: str
+elapsed:
+  description: Seconds spent, including waiting.
+  returned: always
+  type: float
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+    AUTH_ARG_SPEC,
+    ApiException,
+    api_client_from_module,
+    api_error_message,
+)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_status import assess
+
+
+def read_state(api_client, namespace):
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+    try:
+        policy = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        policy = None
+    nodes = api_client.sanitize_for_serialization(core.list_node().items)
+    pods = api_client.sanitize_for_serialization(core.list_namespaced_pod(namespace).items)
+    return policy, nodes, pods
+
+
+def main():
+    argument_spec = dict(
+        namespace=dict(type="str", default="gpu-operator"),
+        nodes=dict(type="list", elements="str"),
+        wait=dict(type="bool", default=False),
+        timeout=dict(type="int", default=600),
+        poll_interval=dict(type="int", default=3),
+    )
+    argument_spec.update(AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    api_client = api_client_from_module(module)
+    started = time.monotonic()
+    deadline = started + max(module.params["timeout"], 0)
+    while True:
+        try:
+            policy, nodes, pods = read_state(api_client, module.params["namespace"])
+        except ApiException as exc:
+            module.fail_json(msg="cannot read GPU Operator state: %s" % api_error_message(exc))
+        result = assess(policy, nodes, pods, module.params["nodes"])
+        if result["ready"] or not module.params["wait"] or time.monotonic() >= deadline:
+            break
+        time.sleep(max(1, module.params["poll_interval"]))
+    result["elapsed"] = round(time.monotonic() - started, 1)
+    if module.params["wait"] and not result["ready"]:
+        module.fail_json(
+            msg="GPU Operator not ready after %ss: %s" % (module.params["timeout"], "; ".join(result["not_ready"])),
+            changed=False, **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_operator_values
+short_description: Validate GPU Operator settings and render Helm values, ConfigMaps and a ClusterPolicy patch
+version_added: 0.1.0
+description:
+  - Pure computation on the controller; talks to nothing and changes nothing.
+  - Rejects unknown or contradictory settings with one message listing every problem, so that a play fails
+    before anything is installed. Examples are a MIG strategy outside C(none|single|mixed), MPS sharing
+    with the C(mixed) strategy, a custom MIG config that does not parse or names profiles that no GPU model
+    of the inventory has, and O(extra_values) that contradict a dedicated setting.
+  - Renders the Helm values of the NVIDIA GPU Operator chart (v26.7.0 value keys), the ConfigMaps the role
+    manages (custom MIG config under key C(config.yaml), device-plugin sharing configs), and the
+    ClusterPolicy merge patch that switches strategy and config names without a reinstall.
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  namespace:
+    description: Namespace of the operator; the rendered ConfigMaps go there.
+    type: str
+    default: gpu-operator
+  driver_enabled:
+    description: Let the operator install the driver (C(driver.enabled)); false when hosts have one.
+    type: bool
+    default: true
+  toolkit_enabled:
+    description: Let the operator install the container toolkit (C(toolkit.enabled)).
+    type: bool
+    default: true
+  dcgm_exporter_enabled:
+    description: Deploy dcgm-exporter (C(dcgmExporter.enabled)).
+    type: bool
+    default: true
+  mig_strategy:
+    description: How MIG devices are advertised (C(mig.strategy)).
+    type: str
+    default: single
+  mig_manager_enabled:
+    description: Deploy MIG Manager (C(migManager.enabled)).
+    type: bool
+    default: true
+  mig_with_reboot:
+    description: Set C(WITH_REBOOT=true) in MIG Manager's environment, for clouds where a GPU reset needs a reboot.
+    type: bool
+    default: false
+  mig_default_config:
+    description: MIG config applied to nodes without a C(nvidia.com/mig.config) label (C(all-disabled) or empty).
+    type: str
+    default: all-disabled
+  mig_config:
+    description:
+      - A custom mig-parted config (C(version), C(mig-configs)); rendered into a ConfigMap under key C(config.yaml).
+      - Validated with the collection's planning logic against O(gpu_models).
+    type: dict
+  mig_config_name:
+    description: Name of the ConfigMap holding O(mig_config).
+    type: str
+    default: gpufleet-mig-parted-config
+  device_plugin_config:
+    description: Named device-plugin configs (time-slicing or MPS), one ConfigMap key each.
+    type: dict
+  device_plugin_config_name:
+    description: Name of the ConfigMap holding O(device_plugin_config).
+    type: str
+    default: gpufleet-device-plugin-config
+  device_plugin_config_default:
+    description: Key of O(device_plugin_config) used on nodes without a C(nvidia.com/device-plugin.config) label.
+    type: str
+  extra_values:
+    description: Further chart values, merged last. Keys the dedicated options own must not disagree with them.
+    type: dict
+    default: {}
+  gpu_models:
+    description:
+      - GPU product names present in the inventory (for example C(NVIDIA H100 80GB HBM3)).
+      - A custom MIG config must name only profiles that at least one of these models has.
+    type: list
+    elements: str
+    default: []
+author:
+  - gpufleet contributors
+"""
+
+EXAMPLES = r"""
+- name: Validate settings and render values before installing anything
+  gpufleet.gpu_operator.gpu_operator_values:
+    mig_strategy: mixed
+    driver_enabled: false
+    mig_config: "{{ gpu_operator_mig_config }}"
+    gpu_models: ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"]
+  register: gpu_operator_rendered
+"""
+
+RETURN = r"""
+values:
+  description: Helm values for the chart.
+  returned: success
+  type: dict
+  sample: {"mig": {"strategy": "mixed"}, "driver": {"enabled": false}}
+configmaps:
+  description: ConfigMap manifests the role applies before the chart.
+  returned: success
+  type: list
+  elements: dict
+cluster_policy_patch:
+  description: Merge patch for ClusterPolicy C(cluster-policy) (strategy, MIG and device-plugin config names).
+  returned: success
+  type: dict
+  sample: {"spec": {"mig": {"strategy": "mixed"}, "migManager": {"config": {"name": "", "default": "all-disabled"}}}}
+mig_config_names:
+  description: Names of the configs in O(mig_config) (empty without one).
+  returned: success
+  type: list
+  elements: str
+problems:
+  description: Every reason the settings were rejected.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_values import (
+    build_values,
+    cluster_policy_patch,
+    configmaps,
+    settings_problems,
+    single_strategy_warnings,
+)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_mig import mig_config_findings
+
+try:
+    import yaml
+
+    HAS_YAML = True
+except ImportError:  # pragma: no cover
+    HAS_YAML = False
+
+
+def dump_yaml(data):
+    return yaml.safe_dump(data, default_flow_style=False, sort_keys=False)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            namespace=dict(type="str", default="gpu-operator"),
+            driver_enabled=dict(type="bool", default=True),
+            toolkit_enabled=dict(type="bool", default=True),
+            dcgm_exporter_enabled=dict(type="bool", default=True),
+            # Free string, not choices: a wrong value is reported with every other problem at once.
+            mig_strategy=dict(type="str", default="single"),
+            mig_manager_enabled=dict(type="bool", default=True),
+            mig_with_reboot=dict(type="bool", default=False),
+            mig_default_config=dict(type="str", default="all-disabled"),
+            mig_config=dict(type="dict"),
+            mig_config_name=dict(type="str", default="gpufleet-mig-parted-config"),
+            device_plugin_config=dict(type="dict"),
+            device_plugin_config_name=dict(type="str", default="gpufleet-device-plugin-config"),
+            device_plugin_config_default=dict(type="str"),
+            extra_values=dict(type="dict", default={}),
+            gpu_models=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    if not HAS_YAML:
+        module.fail_json(msg="PyYAML is required")
+    settings = dict(module.params)
+    mig_problems, config_names, mixed_configs = [], [], []
+    if settings["mig_config"] is not None:
+        mig_problems, config_names, mixed_configs = mig_config_findings(settings["mig_config"], settings["gpu_models"])
+    problems = settings_problems(settings, mig_problems)
+    if problems:
+        module.fail_json(msg="GPU Operator settings rejected before any change: " + "; ".join(problems), problems=problems)
+    for warning in single_strategy_warnings(settings, mixed_configs):
+        module.warn(warning)
+    module.exit_json(
+        changed=False,
+        values=build_values(settings),
+        configmaps=configmaps(settings, settings["namespace"], dump_yaml),
+        cluster_policy_patch=cluster_policy_patch(settings),
+        mig_config_names=config_names,
+    )
+
+
+if __name__ == "__main__":
+    main()
