@@ -1,0 +1,23 @@
+# Testbed: real Kubernetes control plane + kwok nodes built from Go modules (docs/testbed.md).
+TESTBED_NAME ?= gpufleet
+TESTBED_DIR ?= $(CURDIR)/.testbed
+TESTBED_CLUSTER = $(BIN)/python -m tests.testbed.cluster --name $(TESTBED_NAME) --dir $(TESTBED_DIR)
+
+.PHONY: testbed-build testbed-up testbed-down testbed-status testbed-env
+
+testbed-build: ## build or reuse the cached testbed binaries (k8s, etcd, kwok, helm; cold ~40 min on 2 cores)
+	tests/testbed/build.sh all
+
+testbed-up: setup testbed-build ## start a kwokctl cluster on 127.0.0.1; kubeconfig in .testbed/kubeconfig
+	$(TESTBED_CLUSTER) up
+
+testbed-down: setup ## stop the testbed cluster and check no process is left
+	$(TESTBED_CLUSTER) down
+
+testbed-status: setup ## health of each testbed component (exit 1 if one is unhealthy)
+	$(TESTBED_CLUSTER) status
+
+testbed-env: setup ## print exports (KUBECONFIG, PATH with the testbed binaries) for a shell: eval $$(make -s testbed-env)
+	@$(TESTBED_CLUSTER) env
+
+INTEGRATION_DEPS += testbed-build

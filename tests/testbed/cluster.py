@@ -1,0 +1,359 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""A real Kubernetes control plane with kwok-simulated nodes, run as local processes.
+
+kwokctl (binary runtime) starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+the kwok controller from the binaries that ``tests/testbed/build.sh`` built; nothing is downloaded.
+Every component listens on 127.0.0.1 on a port chosen here, so clusters with distinct names and
+directories run side by side.
+
+CLI:  python -m tests.testbed.cluster up|down|env|status [--name N] [--dir D]
+API:  Cluster(name, directory).up() / .down() / .env() / .status()
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "tests" / "testbed" / "build.sh"
+DEFAULT_DIR = REPO_ROOT / ".testbed"
+DEFAULT_NAME = "gpufleet"
+DEFAULT_TIMEOUT = 120.0
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "kwokctl", "helm")
+# Start order; the readiness wait reports the first one that is not healthy.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
+# kwokctl names pid/log files after the binary's file name (runtime/exec.go ForkExec).
+PROCESS_NAMES = {"etcd": "etcd", "kube-apiserver": "kube-apiserver", "kube-controller-manager": "kube-controller-manager",
+                 "kube-scheduler": "kube-scheduler", "kwok-controller": "kwok"}
+PORT_OPTIONS = ("kubeApiserverPort", "etcdPort", "etcdPeerPort", "kubeControllerManagerPort",
+                "kubeSchedulerPort", "kwokControllerPort")
+# One lock for every cluster on this machine: port choice and process start are not atomic.
+START_LOCK = Path(tempfile.gettempdir()) / "gpufleet-testbed-start.lock"
+
+
+class TestbedError(RuntimeError):
+    """The testbed cannot be built, started, checked or stopped; the message says which part."""
+
+    __test__ = False  # not a pytest test class
+
+
+def default_bin_dir():
+    """Directory with the testbed binaries: $GPUFLEET_TESTBED_BIN or what build.sh reports."""
+    if os.environ.get("GPUFLEET_TESTBED_BIN"):
+        return Path(os.environ["GPUFLEET_TESTBED_BIN"])
+    out = subprocess.run([str(BUILD_SCRIPT), "path"], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip())
+
+
+def free_ports(count):
+    """Ports the kernel hands out for 127.0.0.1 right now (held together so they are distinct)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def pid_alive(pid):
+    """True when the process exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def pids_mentioning(text):
+    """PIDs whose command line contains ``text`` (used to find a cluster's leftover processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+class Cluster:
+    """One kwokctl cluster named ``name`` whose files all live under ``directory``."""
+
+    def __init__(self, name=DEFAULT_NAME, directory=DEFAULT_DIR, bin_dir=None):
+        self.name = name
+        self.directory = Path(directory).resolve()
+        self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
+
+    # -- paths -----------------------------------------------------------------------------
+    @property
+    def kubeconfig(self):
+        return self.directory / "kubeconfig"
+
+    @property
+    def kwok_workdir(self):
+        return self.directory / "kwok"
+
+    @property
+    def cluster_dir(self):
+        return self.kwok_workdir / "clusters" / self.name
+
+    @property
+    def config_path(self):
+        return self.directory / ("kwokctl-%s.yaml" % self.name)
+
+    def log_path(self, component):
+        return self.cluster_dir / "logs" / ("%s.log" % PROCESS_NAMES[component])
+
+    def pid(self, component):
+        try:
+            return int((self.cluster_dir / "pids" / ("%s.pid" % PROCESS_NAMES[component])).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    # -- environment -----------------------------------------------------------------------
+    def env(self):
+        """Variables for a subprocess that should talk to this cluster with these binaries."""
+        return {
+            "KUBECONFIG": str(self.kubeconfig),
+            "K8S_AUTH_KUBECONFIG": str(self.kubeconfig),
+            "PATH": "%s%s%s" % (self.bin_dir, os.pathsep, os.environ.get("PATH", "")),
+            "KWOK_WORKDIR": str(self.kwok_workdir),
+        }
+
+    def _kwokctl(self, *args, check=True, timeout=None):
+        env = dict(os.environ, KWOK_WORKDIR=str(self.kwok_workdir), KWOK_RUNTIME="binary")
+        cmd = [str(self.bin_dir / "kwokctl"), "--name", self.name, *args]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise TestbedError("%s failed (rc=%d):\n%s%s" % (shlex.join(cmd), proc.returncode, proc.stdout, proc.stderr))
+        return proc
+
+    def _check_binaries(self):
+        missing = [b for b in BINARIES if not os.access(self.bin_dir / b, os.X_OK)]
+        if missing:
+            raise TestbedError("testbed binaries missing in %s: %s (run `make testbed-build`)"
+                               % (self.bin_dir, ", ".join(missing)))
+
+    def _write_config(self):
+        ports = dict(zip(PORT_OPTIONS, free_ports(len(PORT_OPTIONS))))
+        b = self.bin_dir
+        options = {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",
+            # Node,RBAC authorization (kwok components/kube_apiserver.go) so missing rights give 403;
+            # the admin kubeconfig's client cert is in group system:masters (kwokctl pki.go).
+            "kubeAuthorization": True,
+            "kubeAdmission": True,
+            "kubeApiserverBinary": str(b / "kube-apiserver"),
+            "kubeControllerManagerBinary": str(b / "kube-controller-manager"),
+            "kubeSchedulerBinary": str(b / "kube-scheduler"),
+            "kubectlBinary": str(b / "kubectl"),
+            "etcdBinary": str(b / "etcd"),
+            "kwokControllerBinary": str(b / "kwok"),
+            "cacheDir": str(self.kwok_workdir / "cache"),
+        }
+        options.update(ports)
+        config = {"kind": "KwokctlConfiguration", "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "options": options}
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return ports
+
+    def ports(self):
+        """Ports of this cluster's components, read from the config kwokctl recorded."""
+        try:
+            docs = list(yaml.safe_load_all((self.cluster_dir / "kwok.yaml").read_text()))
+        except (OSError, yaml.YAMLError):
+            return {}
+        for doc in docs:
+            if isinstance(doc, dict) and doc.get("kind") == "KwokctlConfiguration":
+                return {k: doc.get("options", {}).get(k) for k in PORT_OPTIONS}
+        return {}
+
+    # -- health ----------------------------------------------------------------------------
+    def _get(self, url, client_cert=False):
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # loopback health probes of components with self-signed serving certs
+        if client_cert:
+            pki = self.cluster_dir / "pki"
+            ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        try:
+            with urllib.request.urlopen(url, context=ctx, timeout=3) as resp:
+                return resp.status, resp.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+        except (OSError, ssl.SSLError) as exc:
+            return None, str(exc)
+
+    def component_health(self, component):
+        """(healthy, detail) for one component: process alive and its health endpoint says ok."""
+        pid = self.pid(component)
+        if pid is None or not pid_alive(pid):
+            return False, "process not running (pid %s)" % pid
+        p = self.ports()
+        if component == "etcd":
+            code, body = self._get("http://127.0.0.1:%s/health" % p.get("etcdPort"))
+            return code == 200 and '"true"' in body, "GET /health -> %s %s" % (code, body.strip()[:200])
+        if component == "kube-apiserver":
+            code, body = self._get("https://127.0.0.1:%s/readyz" % p.get("kubeApiserverPort"), client_cert=True)
+        elif component == "kube-controller-manager":
+            code, body = self._get("https://127.0.0.1:%s/healthz" % p.get("kubeControllerManagerPort"))
+        elif component == "kube-scheduler":
+            code, body = self._get("https://127.0.0.1:%s/healthz" % p.get("kubeSchedulerPort"))
+        else:
+            code, body = self._get("http://127.0.0.1:%s/healthz" % p.get("kwokControllerPort"))
+        return code == 200 and body.strip() == "ok", "GET health -> %s %s" % (code, body.strip()[:200])
+
+    def status(self):
+        """{component: {"healthy": bool, "pid": int|None, "detail": str}} plus the kubeconfig path."""
+        result = {}
+        for component in COMPONENTS:
+            healthy, detail = self.component_health(component)
+            result[component] = {"healthy": healthy, "pid": self.pid(component), "detail": detail}
+        return result
+
+    def is_running(self):
+        return self.cluster_dir.exists() and all(v["healthy"] for v in self.status().values())
+
+    def wait_ready(self, timeout=DEFAULT_TIMEOUT):
+        """Wait until every component is healthy and the cluster can take pods; name the laggard."""
+        deadline = time.monotonic() + timeout
+        for component in COMPONENTS:
+            while True:
+                healthy, detail = self.component_health(component)
+                if healthy:
+                    break
+                if time.monotonic() > deadline:
+                    raise TestbedError("testbed %r: %s did not come up within %.0fs: %s\nlast log lines (%s):\n%s"
+                                       % (self.name, component, timeout, detail, self.log_path(component),
+                                          self.log_tail(component)))
+                time.sleep(0.2)
+        # Pods need the namespace's "default" ServiceAccount, which the controller-manager creates.
+        while True:
+            proc = subprocess.run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig),
+                                   "get", "serviceaccount", "default", "-n", "default", "-o", "name"],
+                                  capture_output=True, text=True)
+            if proc.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise TestbedError("testbed %r: kube-controller-manager did not create serviceaccount default/default "
+                                   "within %.0fs: %s" % (self.name, timeout, proc.stderr.strip()))
+            time.sleep(0.2)
+
+    def log_tail(self, component, lines=20):
+        try:
+            return "\n".join(self.log_path(component).read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return "(no log: %s)" % exc
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def up(self, timeout=DEFAULT_TIMEOUT):
+        """Start the cluster (or keep a healthy one) and return seconds spent."""
+        started = time.monotonic()
+        self._check_binaries()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.cluster_dir.exists():
+            if self.is_running():
+                return time.monotonic() - started
+            self.down()  # half-dead leftovers: start clean rather than patch them up
+        with open(START_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._write_config()
+            if self.kubeconfig.exists():
+                self.kubeconfig.unlink()  # kwokctl merges into an existing file; we want only this cluster
+            try:
+                self._kwokctl("create", "cluster", "--config", str(self.config_path),
+                              "--kubeconfig", str(self.kubeconfig), "--wait", "%ds" % int(timeout), timeout=timeout + 30)
+                self.wait_ready(timeout=max(5.0, timeout - (time.monotonic() - started)))
+            except (TestbedError, subprocess.TimeoutExpired) as exc:
+                detail = str(exc)
+                if isinstance(exc, subprocess.TimeoutExpired):
+                    detail = "kwokctl create cluster timed out after %ss" % exc.timeout
+                unhealthy = [c for c, s in self.status().items() if not s["healthy"]]
+                logs = "\n".join("--- %s (%s):\n%s" % (c, self.log_path(c), self.log_tail(c)) for c in unhealthy[:2])
+                self.down()
+                # Components start in order, so the first unhealthy one is the cause; later ones follow from it.
+                raise TestbedError("testbed %r failed to start (first unhealthy: %s; not healthy: %s): %s\n%s"
+                                   % (self.name, unhealthy[0] if unhealthy else "none",
+                                      ", ".join(unhealthy) or "none", detail, logs))
+        return time.monotonic() - started
+
+    def down(self, timeout=30.0):
+        """Stop every process of this cluster and remove its files; raise if any process survives."""
+        if self.cluster_dir.exists():
+            self._kwokctl("delete", "cluster", check=False, timeout=timeout + 30)
+        marker = str(self.cluster_dir) + os.sep
+        deadline = time.monotonic() + timeout
+        survivors = pids_mentioning(marker)
+        while survivors and time.monotonic() < deadline:
+            for pid in survivors:  # only processes whose command line names this cluster's directory
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM if time.monotonic() < deadline - timeout / 2 else signal.SIGKILL)
+            time.sleep(0.3)
+            survivors = pids_mentioning(marker)
+        if survivors:
+            raise TestbedError("testbed %r: processes still running after teardown: %s" % (self.name, survivors))
+        for path in (self.kubeconfig, self.config_path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        if self.cluster_dir.exists():
+            subprocess.run(["rm", "-rf", str(self.cluster_dir)], check=False)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["up", "down", "env", "status"])
+    parser.add_argument("--name", default=os.environ.get("GPUFLEET_TESTBED_NAME", DEFAULT_NAME))
+    parser.add_argument("--dir", default=os.environ.get("GPUFLEET_TESTBED_DIR", str(DEFAULT_DIR)))
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="readiness deadline (s) for up")
+    args = parser.parse_args(argv)
+    cluster = Cluster(args.name, args.dir)
+    try:
+        if args.action == "up":
+            seconds = cluster.up(timeout=args.timeout)
+            print("testbed %r ready in %.1fs; export KUBECONFIG=%s" % (cluster.name, seconds, cluster.kubeconfig))
+        elif args.action == "down":
+            cluster.down()
+            print("testbed %r stopped; no process left" % cluster.name)
+        elif args.action == "env":
+            for key, value in cluster.env().items():
+                print("export %s=%s" % (key, shlex.quote(value)))
+        else:
+            status = cluster.status()
+            print(json.dumps({"name": cluster.name, "kubeconfig": str(cluster.kubeconfig), "components": status}, indent=2))
+            return 0 if all(s["healthy"] for s in status.values()) else 1
+    except TestbedError as exc:
+        print("error: %s" % exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
