@@ -1,0 +1,150 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_node_validate
+short_description: Check GPU nodes' operands, GFD labels and advertised resources against each other and the hardware
+version_added: 0.1.0
+description:
+  - For each node, checks that the GPU Operator's enabled operands run there, that the GPU Feature
+    Discovery labels (C(nvidia.com/gpu.product), C(gpu.memory), C(gpu.count), C(mig.strategy), per-profile
+    C(nvidia.com/mig-<profile>.count) under the mixed strategy) agree with the device plugin's allocatable
+    and, when O(nodes[].hardware) is given (for example from C(gpu_info)), with the hardware.
+  - Returns the problems per node and the GPU resources a smoke test should request there.
+  - Read-only; reports problems without failing unless O(fail_on_problems=true).
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.kube_auth
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  nodes:
+    description: Nodes to check.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Node name.
+        type: str
+        required: true
+      hardware:
+        description:
+          - The node's GPUs as the hardware reports them, C({gpus: [{name, memory_mib, mig_enabled, mig_devices: [profile, ...]}]}).
+          - Omit when the host cannot be reached; then only labels and allocatable are compared.
+        type: dict
+  namespace:
+    description: Namespace of the operator's operand pods.
+    type: str
+    default: gpu-operator
+  fail_on_problems:
+    description: Fail the task when any node has a problem.
+    type: bool
+    default: false
+author:
+  - gpufleet contributors
+"""
+
+EXAMPLES = r"""
+- name: Check every GPU node
+  gpufleet.gpu_operator.gpu_node_validate:
+    nodes: "{{ groups['gpu_nodes'] | map('community.general.dict_kv', 'name') | list }}"
+  delegate_to: localhost
+  run_once: true
+  register: gpu_validate_nodes
+"""
+
+RETURN = r"""
+strategy:
+  description: The MIG strategy from ClusterPolicy C(cluster-policy) (C(none) when unset or missing).
+  returned: always
+  type: str
+nodes:
+  description: Per node, C(problems) (list of strings), C(smoke_resources), C(product) and C(summary).
+  returned: always
+  type: dict
+problems:
+  description: Every problem, one line each, prefixed with the node name.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+    AUTH_ARG_SPEC,
+    ApiException,
+    api_client_from_module,
+    api_error_message,
+)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.node_validation import validate_node
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_status import (
+    enabled_operands,
+    node_report,
+)
+
+
+def main():
+    argument_spec = dict(
+        nodes=dict(type="list", elements="dict", required=True, options=dict(
+            name=dict(type="str", required=True),
+            hardware=dict(type="dict"),
+        )),
+        namespace=dict(type="str", default="gpu-operator"),
+        fail_on_problems=dict(type="bool", default=False),
+    )
+    argument_spec.update(AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    api_client = api_client_from_module(module)
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    try:
+        try:
+            policy = client.CustomObjectsApi(api_client).get_cluster_custom_object(
+                "nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            policy = None
+        pods = api_client.sanitize_for_serialization(core.list_namespaced_pod(module.params["namespace"]).items)
+        nodes = {}
+        for entry in module.params["nodes"]:
+            try:
+                nodes[entry["name"]] = api_client.sanitize_for_serialization(core.read_node(entry["name"]))
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+    except ApiException as exc:
+        module.fail_json(msg="cannot read the cluster: %s" % api_error_message(exc))
+    strategy = (((policy or {}).get("spec") or {}).get("mig") or {}).get("strategy") or "none"
+    operands = enabled_operands(policy) if policy else []
+    results, problems = {}, []
+    for entry in module.params["nodes"]:
+        name = entry["name"]
+        node = nodes.get(name)
+        if node is None:
+            results[name] = {"problems": ["node not found in the cluster"], "smoke_resources": [], "product": None, "summary": {}}
+        else:
+            checked = validate_node(node, strategy, entry.get("hardware"), node_report(node, operands, pods))
+            if policy is None:
+                checked["problems"].insert(0, "ClusterPolicy cluster-policy not found")
+            results[name] = {"problems": checked["problems"], "smoke_resources": checked["smoke_resources"] or ["nvidia.com/gpu"],
+                             "product": checked["summary"]["model"], "summary": checked["summary"]}
+        problems.extend("%s: %s" % (name, problem) for problem in results[name]["problems"])
+    if problems and module.params["fail_on_problems"]:
+        module.fail_json(msg="GPU node validation failed: " + "; ".join(problems), strategy=strategy, nodes=results, problems=problems)
+    module.exit_json(changed=False, strategy=strategy, nodes=results, problems=problems)
+
+
+if __name__ == "__main__":
+    main()

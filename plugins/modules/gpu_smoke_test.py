@@ -1,0 +1,256 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_smoke_test
+short_description: Run one nvidia-smi pod per node and GPU resource, check what it saw, and clean up
+version_added: 0.1.0
+description:
+  - For each entry of O(targets) creates a pod pinned to the node (through the scheduler, so the node's
+    allocatable is really exercised) that requests one unit of each listed resource (C(nvidia.com/gpu) or a
+    mixed-strategy C(nvidia.com/mig-<profile>)) and runs O(command).
+  - Waits for every pod to finish, reads the container's termination message or, when empty, its logs, and
+    checks that it lists exactly one device of the kind requested on a GPU of the node's model.
+  - Deletes every pod it created, whatever happened. Leaves nothing behind, so it reports C(changed=false).
+  - In check mode it only returns the pods it would run.
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.kube_auth
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  targets:
+    description: What to test.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      node:
+        description: Node name.
+        type: str
+        required: true
+      resources:
+        description: Extended resources to request, one pod each.
+        type: list
+        elements: str
+        default: [nvidia.com/gpu]
+      product:
+        description: The node's GFD product label without MIG/SHARED suffix; when set the device seen must match it.
+        type: str
+  strategy:
+    description: The cluster's MIG strategy (changes what a C(nvidia.com/gpu) pod should see).
+    type: str
+    choices: [none, single, mixed]
+    default: mixed
+  namespace:
+    description: Namespace for the smoke pods.
+    type: str
+    default: gpu-operator
+  image:
+    description: Container image with nvidia-smi.
+    type: str
+    default: nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04
+  command:
+    description: Command of the smoke container.
+    type: list
+    elements: str
+    default: [nvidia-smi, -L]
+  runtime_class_name:
+    description: RuntimeClass for the pods (for example C(nvidia)); omitted when empty.
+    type: str
+  timeout:
+    description: Seconds to wait for all pods to finish.
+    type: int
+    default: 300
+author:
+  - gpufleet contributors
+"""
+
+EXAMPLES = r"""
+- name: Smoke-test every advertised resource of two nodes
+  gpufleet.gpu_operator.gpu_smoke_test:
+    targets:
+      - node: gpu-a
+        resources: [nvidia.com/gpu]
+      - node: gpu-b
+        resources: [nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb]
+        product: NVIDIA-H100-80GB-HBM3
+    strategy: mixed
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+results:
+  description: One entry per pod.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {"node": "gpu-a", "resource": "nvidia.com/gpu", "pod": "smoke-gpu-a-gpu-1a2b3c4d", "ok": true,
+       "output": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)", "problem": null}
+failed_checks:
+  description: One line per failed pod naming the node, the resource and what was wrong.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+    AUTH_ARG_SPEC,
+    ApiException,
+    api_client_from_module,
+    api_error_message,
+)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.smoke import (
+    check_output,
+    pending_reason,
+    pod_manifest,
+    terminated_state,
+)
+
+
+class SmokeRun(object):
+    def __init__(self, module, api_client):
+        from kubernetes import client
+
+        self.module = module
+        self.api = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = module.params["namespace"]
+
+    def read(self, name):
+        try:
+            return self.api.sanitize_for_serialization(self.core.read_namespaced_pod(name, self.namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def delete(self, name):
+        try:
+            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def wait_gone(self, names, deadline):
+        pending = set(names)
+        while pending and time.monotonic() < deadline:
+            pending = set(name for name in pending if self.read(name) is not None)
+            if pending:
+                time.sleep(0.5)
+        return sorted(pending)
+
+    def output_of(self, pod, message):
+        if message:
+            return message
+        try:
+            return self.core.read_namespaced_pod_log(pod["metadata"]["name"], self.namespace, container="nvidia-smi")
+        except ApiException as exc:
+            return "(no output: logs unreadable, %s)" % api_error_message(exc)
+
+    def run(self, plans):
+        params = self.module.params
+        deadline = time.monotonic() + params["timeout"]
+        names = [plan["manifest"]["metadata"]["name"] for plan in plans]
+        # A pod left by an interrupted run would be mistaken for this run's result.
+        for name in names:
+            self.delete(name)
+        leftover = self.wait_gone(names, deadline)
+        if leftover:
+            self.module.fail_json(msg="stale smoke pod(s) %s in %s are not going away" % (", ".join(leftover), self.namespace))
+        results = []
+        try:
+            for plan in plans:
+                self.core.create_namespaced_pod(self.namespace, plan["manifest"])
+            waiting = dict((plan["manifest"]["metadata"]["name"], plan) for plan in plans)
+            while waiting:
+                for name in sorted(waiting):
+                    plan = waiting[name]
+                    pod = self.read(name)
+                    phase = ((pod or {}).get("status") or {}).get("phase")
+                    if pod is None or phase in ("Succeeded", "Failed"):
+                        results.append(self.verdict(plan, pod))
+                        del waiting[name]
+                if not waiting:
+                    break
+                if time.monotonic() >= deadline:
+                    for name in sorted(waiting):
+                        pod = self.read(name)
+                        results.append(self.result(waiting[name], False, "", "did not finish within %ss (%s)"
+                                                   % (params["timeout"], pending_reason(pod or {}))))
+                    break
+                time.sleep(1)
+        finally:
+            for name in names:
+                self.delete(name)
+            self.wait_gone(names, time.monotonic() + 60)
+        return sorted(results, key=lambda r: (r["node"], r["resource"]))
+
+    def result(self, plan, ok, output, problem):
+        return {"node": plan["node"], "resource": plan["resource"], "pod": plan["manifest"]["metadata"]["name"],
+                "ok": ok, "output": output, "problem": problem}
+
+    def verdict(self, plan, pod):
+        if pod is None:
+            return self.result(plan, False, "", "pod disappeared before it finished")
+        exit_code, message = terminated_state(pod)
+        output = self.output_of(pod, message)
+        if pod["status"]["phase"] == "Failed" and exit_code in (0, None):
+            exit_code = exit_code if exit_code else "unknown (pod Failed: %s)" % (pod["status"].get("reason") or "")
+        problem = check_output(plan["resource"], output, exit_code, plan["product"], self.module.params["strategy"])
+        return self.result(plan, problem is None, output, problem)
+
+
+def main():
+    argument_spec = dict(
+        targets=dict(type="list", elements="dict", required=True, options=dict(
+            node=dict(type="str", required=True),
+            resources=dict(type="list", elements="str", default=["nvidia.com/gpu"]),
+            product=dict(type="str"),
+        )),
+        strategy=dict(type="str", choices=["none", "single", "mixed"], default="mixed"),
+        namespace=dict(type="str", default="gpu-operator"),
+        image=dict(type="str", default="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"),
+        command=dict(type="list", elements="str", default=["nvidia-smi", "-L"]),
+        runtime_class_name=dict(type="str"),
+        timeout=dict(type="int", default=300),
+    )
+    argument_spec.update(AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    plans = []
+    for target in module.params["targets"]:
+        for resource in target["resources"] or ["nvidia.com/gpu"]:
+            if resource != "nvidia.com/gpu" and not resource.startswith("nvidia.com/mig-"):
+                module.fail_json(msg="node %s: %r is not nvidia.com/gpu or a nvidia.com/mig-<profile> resource" % (target["node"], resource))
+            plans.append({"node": target["node"], "resource": resource, "product": target.get("product"),
+                          "manifest": pod_manifest(target["node"], resource, module.params["namespace"], module.params["image"],
+                                                   module.params["command"], module.params["runtime_class_name"])})
+    if module.check_mode:
+        module.exit_json(changed=False, failed_checks=[], results=[
+            {"node": p["node"], "resource": p["resource"], "pod": p["manifest"]["metadata"]["name"], "ok": None,
+             "output": "", "problem": "not run in check mode"} for p in plans])
+    runner = SmokeRun(module, api_client_from_module(module))
+    try:
+        results = runner.run(plans)
+    except ApiException as exc:
+        module.fail_json(msg="smoke test in namespace %s failed: %s" % (module.params["namespace"], api_error_message(exc)))
+    failed = ["%s: %s: %s" % (r["node"], r["resource"], r["problem"]) for r in results if not r["ok"]]
+    module.exit_json(changed=False, results=results, failed_checks=failed)
+
+
+if __name__ == "__main__":
+    main()
