@@ -15,12 +15,9 @@ import copy
 import re
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog_data
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError, UnknownModelError
 
 NVIDIA_VENDOR_ID = "10DE"
-
-
-class UnknownModelError(LookupError):
-    """No catalog entry for a GPU name / PCI id; the message names what was looked up."""
 
 
 def normalize_pci_device_id(value):
@@ -35,7 +32,7 @@ def normalize_pci_device_id(value):
             text = text[2:]
         text = text.split(":")[0]
     if not re.match(r"^[0-9A-F]{4}([0-9A-F]{4})?$", text):
-        raise ValueError("'%s' is not a PCI device id: expected 0xDDDDVVVV, e.g. 0x233510DE" % (value,))
+        raise PlanningError("'%s' is not a PCI device id: expected 0xDDDDVVVV, e.g. 0x233510DE" % (value,))
     if len(text) == 4:
         text += NVIDIA_VENDOR_ID
     return "0x" + text

@@ -25,10 +25,12 @@ __metaclass__ = type
 import collections
 import itertools
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
+
 Solution = collections.namedtuple("Solution", ["feasible", "placements", "creation_order", "reason"])
 
 
-class PlacementInputError(ValueError):
+class PlacementInputError(PlanningError):
     """The request names a profile the table lacks or a bad count (callers validate names first)."""
 
 

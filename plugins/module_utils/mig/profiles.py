@@ -17,6 +17,8 @@ import collections
 import math
 import re
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import ProfileNameError
+
 ATTRIBUTES = ("me.all", "me", "gfx")  # longest first so "me.all" wins over "me"
 
 _PROFILE_RE = re.compile(
@@ -25,10 +27,6 @@ _PROFILE_RE = re.compile(
 )
 
 Profile = collections.namedtuple("Profile", ["c", "g", "gb", "attrs", "negattrs"])
-
-
-class ProfileNameError(ValueError):
-    """A string that is not a MIG profile name; the message quotes it."""
 
 
 def _split_attrs(text, original):

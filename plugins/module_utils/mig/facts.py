@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Hardware facts from a node's GFD labels, for planning from the controller when NVML cannot be
+read. Label meanings: reference §6.1 (base labels) and §6.2 (per-strategy MIG labels)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+import re
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import UnknownModelError
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import canonical_profile_name
+
+_MIXED_COUNT = re.compile(r"^nvidia\.com/mig-(?P<profile>.+)\.count$")
+
+
+def _int(value):
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def hardware_from_gfd_labels(labels, allocatable=None, node_name=None):
+    """hardware dict for plan.plan_node built from GFD labels (and, optionally, allocatable).
+
+    The model comes from ``nvidia.com/gpu.product`` via the catalog. GPU count: ``gpu.count`` under
+    strategy none/mixed; under single that label counts MIG devices, so the GPU count is estimated
+    from the profile's maximum per GPU (``gpu_count_estimated: true``). MIG devices are known only
+    per node (``node_current``), not per GPU. Raises UnknownModelError naming the node and product.
+    """
+    labels = labels or {}
+    product = labels.get("nvidia.com/gpu.product")
+    model = catalog.model_from_gfd_product(product)
+    where = " on node %s" % node_name if node_name else ""
+    if model is None:
+        raise UnknownModelError("GPU product label %r%s is not in the built-in MIG catalog (known: %s)"
+                                % (product, where, ", ".join(catalog.model_names())))
+    strategy = labels.get("nvidia.com/mig.strategy", "none")
+    count_label = _int(labels.get("nvidia.com/gpu.count"))
+    node_current = {}
+    estimated = False
+    mig_enabled = False
+    if strategy == "mixed":
+        for key, value in labels.items():
+            match = _MIXED_COUNT.match(key)
+            if match and _int(value):
+                node_current[canonical_profile_name(match.group("profile"))] = _int(value)
+        mig_enabled = bool(node_current)
+        count = count_label
+    elif strategy == "single" and product and "-MIG-" in product and not product.endswith("-MIG-INVALID"):
+        profile = canonical_profile_name(product.split("-MIG-", 1)[1])
+        devices = count_label or 0
+        node_current[profile] = devices
+        info = catalog.find_profile(model, profile)
+        per_gpu = (info or {}).get("instance_count") or 1
+        count = int(math.ceil(devices / float(per_gpu))) if devices else None
+        estimated = True
+        mig_enabled = True
+    else:
+        count = count_label
+    if count is None and allocatable:
+        count = _int(allocatable.get("nvidia.com/gpu"))
+    if count is None:
+        raise UnknownModelError("cannot tell how many GPUs node%s has: no usable nvidia.com/gpu.count label"
+                                % (" " + node_name if node_name else ""))
+    gpus = [{
+        "index": i,
+        "name": model["name"],
+        "pci_device_id": model["pci_device_id"],
+        "mig": {"current": mig_enabled, "pending": mig_enabled},
+        "instances": [],
+    } for i in range(count)]
+    return {
+        "source": "gfd-labels",
+        "node": node_name,
+        "strategy": strategy,
+        "gpu_count_estimated": estimated,
+        "node_current": node_current,
+        "gpus": gpus,
+    }

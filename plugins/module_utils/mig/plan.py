@@ -1,0 +1,294 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Plan one node's MIG layout before anything changes, and derive what Kubernetes should then show.
+
+``plan_node`` takes the node's hardware (from gpu_info, or from GFD labels via facts.py) and a
+layout (named config, custom mig-parted config, or profile counts for every GPU). It never does I/O.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import collections
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog, placement, resolve
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import (
+    parse_profile,
+    profile_to_config_suffix,
+    resource_name,
+)
+
+STRATEGIES = ("none", "single", "mixed")
+
+
+def model_for_gpu(gpu):
+    """Profile table for one GPU: the live NVML table when present (it wins), else the catalog.
+    Live profiles without placements borrow them from the catalog entry of the same name."""
+    known = catalog.get_model(name=gpu.get("name"), pci_device_id=gpu.get("pci_device_id"))
+    live = gpu.get("profiles") or []
+    if not live:
+        if known is None:
+            catalog.require_model(gpu.get("name"), gpu.get("pci_device_id"))
+        return known
+    profiles = []
+    for profile in live:
+        profile = dict(profile)
+        if not profile.get("placements") and known:
+            borrowed = catalog.find_profile(known, profile["name"])
+            profile["placements"] = list(borrowed["placements"]) if borrowed else []
+        if "memory_slices" not in profile:
+            profile["memory_slices"] = max([p["size"] for p in profile["placements"]] or [0])
+        profiles.append(profile)
+    pci = catalog.normalize_pci_device_id(gpu.get("pci_device_id")) if gpu.get("pci_device_id") else None
+    return {
+        "name": gpu.get("name") or (known or {}).get("name") or "unknown GPU",
+        "pci_device_id": pci,
+        "pci_device_ids": [pci] if pci else list((known or {}).get("pci_device_ids", [])),
+        "memory_mb": gpu.get("memory_mb") or (known or {}).get("memory_mb"),
+        "memory_slices": max([p["start"] + p["size"] for prof in profiles for p in prof["placements"]] or [0]),
+        "compute_slices": max([prof.get("slices", 0) for prof in profiles] or [0]),
+        "mig_capable": True,
+        "source": "live",
+        "profiles": profiles,
+    }
+
+
+def _counts(instances):
+    counts = collections.Counter(i["profile"] for i in instances or [])
+    return dict(counts)
+
+
+def _incremental(model, target, instances):
+    """Keep current instances that the target still wants, where the rest still fits around them.
+    Returns (keep, create) or None when everything must be recreated."""
+    wanted = collections.Counter(target)
+    keep = []
+    for instance in sorted(instances, key=lambda i: (i["start"], i["profile"])):
+        if wanted[instance["profile"]] > 0 and "start" in instance and "size" in instance:
+            wanted[instance["profile"]] -= 1
+            keep.append({"profile": instance["profile"], "start": instance["start"], "size": instance["size"]})
+    remaining = dict((k, v) for k, v in wanted.items() if v > 0)
+    solution = placement.solve(model, remaining, fixed=keep)
+    if not solution.feasible:
+        return None
+    return keep, solution.placements
+
+
+def _in_creation_order(placements, order):
+    """Placements listed in creation order; among equal profiles the highest start first, which is
+    what the modelled driver picks (placement.simulate_driver)."""
+    left = sorted(placements, key=lambda p: -p["start"])
+    ordered = []
+    for name in order:
+        for item in left:
+            if item["profile"] == name:
+                ordered.append(item)
+                left.remove(item)
+                break
+    return ordered + left
+
+
+def _plan_gpu(gpu, model, target):
+    """One GPU's plan entry. ``target``: {selected, mig_enabled, mig_devices}."""
+    mig = gpu.get("mig") or {}
+    current_enabled = bool(mig.get("current"))
+    pending_enabled = bool(mig.get("pending", mig.get("current")))
+    instances = gpu.get("instances") or []
+    entry = {
+        "index": gpu["index"],
+        "model": model["name"],
+        "pci_device_id": gpu.get("pci_device_id") or model.get("pci_device_id"),
+        "profiles_source": model.get("source", "catalog"),
+        "mig_enabled": target["mig_enabled"],
+        "current_mig_enabled": current_enabled,
+        "pending_mig_enabled": pending_enabled,
+        "target": dict(target["mig_devices"]) if target["mig_enabled"] else {},
+        "current": _counts(instances),
+        "placements": [],
+        "creation_order": [],
+        "keep": [],
+        "destroy": [],
+        "create": [],
+        "mode_change_required": False,
+        "feasible": True,
+        "reason": None,
+        "alternatives": [],
+        "changed": False,
+    }
+    if not target.get("selected", True):
+        entry.update(feasible=False, mig_enabled=None, reason=(
+            "the config has no entry for GPU %s (%s, %s); MIG Manager would leave it as it is"
+            % (gpu["index"], model["name"], entry["pci_device_id"])))
+        return entry
+    if target["mig_enabled"] and not model.get("mig_capable", True):
+        entry.update(feasible=False, reason="GPU %s (%s) is not MIG-capable" % (gpu["index"], model["name"]))
+        return entry
+    entry["mode_change_required"] = target["mig_enabled"] != current_enabled
+    mode_write = entry["mode_change_required"] or target["mig_enabled"] != pending_enabled
+    if not target["mig_enabled"]:
+        entry["destroy"] = [dict(i) for i in instances]
+        entry["changed"] = mode_write or bool(instances)
+        return entry
+    solution = placement.solve(model, entry["target"])
+    if not solution.feasible:
+        entry.update(feasible=False, reason="GPU %s (%s): %s" % (gpu["index"], model["name"], solution.reason),
+                     alternatives=placement.alternatives(model, entry["target"]))
+        return entry
+    entry["placements"] = solution.placements
+    entry["creation_order"] = solution.creation_order
+    layout_changed = entry["current"] != dict((k, v) for k, v in entry["target"].items() if v)
+    if not entry["mode_change_required"] and layout_changed and instances:
+        kept = _incremental(model, entry["target"], instances)
+        if kept is not None:
+            keep, create = kept
+            kept_ids = set((k["profile"], k["start"]) for k in keep)
+            entry["keep"] = keep
+            entry["destroy"] = [dict(i) for i in instances if (i["profile"], i.get("start")) not in kept_ids]
+            entry["create"] = create
+    if layout_changed and not entry["keep"] and not entry["create"]:
+        entry["destroy"] = [dict(i) for i in instances]
+        entry["create"] = _in_creation_order(solution.placements, solution.creation_order)
+    if not layout_changed:
+        entry["keep"] = [dict(i) for i in instances]
+    entry["changed"] = mode_write or layout_changed
+    return entry
+
+
+def _targets(gpus, config_name, config, mig_devices, config_source):
+    if (config_name is None) == (mig_devices is None):
+        raise PlanningError("give exactly one of config_name (with an optional config) or mig_devices")
+    if config_name is not None:
+        return resolve.resolve(config_name, gpus, config=config, source=config_source)
+    targets = []
+    for gpu in gpus:
+        devices = resolve.check_profiles(mig_devices, gpu["model"], gpu["index"])
+        targets.append({"index": gpu["index"], "selected": True, "mig_enabled": True,
+                        "mig_devices": dict((k, v) for k, v in devices.items() if v)})
+    return targets
+
+
+def plan_node(hardware, config_name=None, config=None, mig_devices=None, config_source=None):
+    """Plan the layout for every GPU of one node.
+
+    ``hardware``: {"gpus": [{index, name, pci_device_id, mig: {current, pending}, profiles?,
+    instances?: [{profile, start, size}]}], "node_current"?: {profile: count}}.
+    Returns {feasible, reason, mode_change_required, changed, config_name, gpus: [...]}; see
+    docs/DEVELOPING.md (Planning) for the per-GPU keys. Raises PlanningError subclasses for input
+    that cannot be planned at all (unknown config, profile, model; malformed config).
+    """
+    gpus = []
+    for gpu in sorted((hardware or {}).get("gpus", []), key=lambda g: g["index"]):
+        gpus.append(dict(gpu, model=model_for_gpu(gpu)))
+    targets = _targets(gpus, config_name, config, mig_devices, config_source)
+    entries = [_plan_gpu(gpu, gpu["model"], target) for gpu, target in zip(gpus, targets)]
+    node_current = (hardware or {}).get("node_current")
+    changed = any(e["changed"] for e in entries)
+    if node_current is not None and not any(g.get("instances") for g in gpus):
+        # Facts from labels: only node totals are known; compare those.
+        totals = collections.Counter()
+        for entry in entries:
+            totals.update(entry["target"])
+        changed = changed or dict(totals) != dict((k, v) for k, v in node_current.items() if v)
+    reasons = [e["reason"] for e in entries if e["reason"]]
+    return {
+        "feasible": all(e["feasible"] for e in entries),
+        "reason": "; ".join(reasons) if reasons else None,
+        "mode_change_required": any(e["mode_change_required"] for e in entries),
+        "changed": changed,
+        "config_name": config_name,
+        "gpus": entries,
+    }
+
+
+def _check_strategy(strategy):
+    if strategy not in STRATEGIES:
+        raise PlanningError("MIG strategy '%s' is not one of %s" % (strategy, ", ".join(STRATEGIES)))
+
+
+def _gi_counts(entry):
+    """MIG devices the device plugin sees on one GPU: GI profiles with C == G (reference §6.3)."""
+    return dict((p, c) for p, c in entry["target"].items() if c and parse_profile(p).c == parse_profile(p).g)
+
+
+def strategy_conflict(plan, strategy):
+    """Why GFD would label the node ``-MIG-INVALID`` / the device plugin would refuse it, or None.
+
+    Under ``single``: a MIG-enabled GPU without MIG devices, MIG-enabled mixed with disabled GPUs,
+    or more than one profile on the node (GFD mig-strategy.go, DP device_map.go; reference §6.2).
+    """
+    _check_strategy(strategy)
+    if strategy != "single":
+        return None
+    enabled = [e for e in plan["gpus"] if e["mig_enabled"]]
+    if not enabled:
+        return None
+    if len(enabled) != len(plan["gpus"]):
+        return ("mig-strategy=single needs every GPU of the node in the same MIG mode; GPUs %s would be "
+                "MIG-enabled and %s not" % ([e["index"] for e in enabled],
+                                            [e["index"] for e in plan["gpus"] if not e["mig_enabled"]]))
+    empty = [e["index"] for e in enabled if not _gi_counts(e)]
+    if empty:
+        return "mig-strategy=single: MIG-enabled GPUs %s would have no MIG devices" % empty
+    profiles = sorted(set(p for e in enabled for p in _gi_counts(e)))
+    if len(profiles) > 1:
+        return ("mig-strategy=single needs one MIG profile per node; the plan has %s (use mixed, or one "
+                "all-<profile> config)" % ", ".join(profiles))
+    return None
+
+
+def expected_resources(plan, strategy):
+    """Extended resources the device plugin would advertise after the plan (reference §6.3)."""
+    _check_strategy(strategy)
+    enabled = [e for e in plan["gpus"] if e["mig_enabled"]]
+    if strategy == "none" or not enabled:
+        return {"nvidia.com/gpu": len(plan["gpus"])}
+    if strategy == "single":
+        if strategy_conflict(plan, strategy):
+            return {"nvidia.com/gpu": 0}
+        return {"nvidia.com/gpu": sum(sum(_gi_counts(e).values()) for e in enabled)}
+    resources = collections.Counter()
+    for entry in plan["gpus"]:
+        if entry["mig_enabled"]:
+            for profile, count in _gi_counts(entry).items():
+                resources[resource_name(profile)] += count
+        else:
+            resources["nvidia.com/gpu"] += 1
+    return dict(resources)
+
+
+def expected_gfd_labels(plan, strategy):
+    """The MIG-related GFD labels the node would carry after the plan (reference §6.2).
+
+    mixed: ``nvidia.com/mig-<profile>.count`` per profile (``+`` written as ``.``, as label keys
+    cannot hold ``+``); single: ``gpu.product`` ``<model>-MIG-<profile>`` (or ``-MIG-INVALID``) and
+    ``gpu.count``; none (or no MIG-enabled GPU): ``gpu.product`` and ``gpu.count`` of whole GPUs.
+    """
+    _check_strategy(strategy)
+    models = [e["model"] for e in plan["gpus"]]
+    product = catalog.gfd_product_name(models[0]) if models else ""
+    labels = {}
+    enabled = [e for e in plan["gpus"] if e["mig_enabled"]]
+    if strategy != "none":
+        labels["nvidia.com/mig.strategy"] = strategy
+    if strategy == "none" or not enabled:
+        labels.update({"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(len(plan["gpus"]))})
+        return labels
+    if strategy == "single":
+        if strategy_conflict(plan, strategy):
+            labels.update({"nvidia.com/gpu.product": product + "-MIG-INVALID", "nvidia.com/gpu.count": "0"})
+            return labels
+        profile = list(_gi_counts(enabled[0]))[0]
+        labels.update({
+            "nvidia.com/gpu.product": catalog.gfd_product_name("%s-MIG-%s" % (models[0], profile)),
+            "nvidia.com/gpu.count": str(sum(sum(_gi_counts(e).values()) for e in enabled)),
+        })
+        return labels
+    counts = collections.Counter()
+    for entry in enabled:
+        counts.update(_gi_counts(entry))
+    for profile, count in counts.items():
+        labels["nvidia.com/mig-%s.count" % profile_to_config_suffix(profile)] = str(count)
+    return labels
