@@ -1,0 +1,292 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The MIG step for one node, against MIG Manager's label protocol.
+
+Protocol facts (shared/reference/nvidia-gpu-operator-and-mig.md §3.4-§3.6): MIG Manager acts only when
+``nvidia.com/mig.config`` *changes*, reports through ``nvidia.com/mig.config.state`` (pending, rebooting,
+success, failed) and pauses the operands by setting ``nvidia.com/gpu.deploy.*`` to ``paused-for-mig-change``.
+Device-plugin resources and GFD labels per strategy: §6.2-§6.3.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.drain import is_gpu_pod, pod_ref
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import (
+    ApiException,
+    DeadlineExceeded,
+    annotations_of,
+    labels_of,
+)
+
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+PAUSED_VALUE = "paused-for-mig-change"
+MIG_MANAGER_SELECTOR = "app=nvidia-mig-manager"
+# What the node's MIG config label said before we changed it (for rollback), and the target we set.
+PREVIOUS_CONFIG_ANNOTATION = "gpufleet.io/mig-previous-config"
+TARGET_CONFIG_ANNOTATION = "gpufleet.io/mig-target-config"
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+class MigStepError(Exception):
+    """The MIG step failed; ``result`` carries states seen, mismatches and diagnostics."""
+
+    def __init__(self, message, result=None):
+        super(MigStepError, self).__init__(message)
+        self.result = result or {}
+
+
+# -- cluster-wide settings ---------------------------------------------------------------------------------
+
+def active_cluster_policy(policies):
+    """The ClusterPolicy the operator acts on (duplicates are marked ``ignored``), or None."""
+    for policy in policies:
+        if ((policy.get("status") or {}).get("state")) != "ignored":
+            return policy
+    return None
+
+
+def mig_strategy(policy, node):
+    strategy = (((policy or {}).get("spec") or {}).get("mig") or {}).get("strategy")
+    return strategy or labels_of(node).get(MIG_STRATEGY_LABEL) or "none"
+
+
+def with_reboot(policy):
+    """WITH_REBOOT in spec.migManager.env (reference §1.2, §3.3): a mode change may reboot the node."""
+    env = (((policy or {}).get("spec") or {}).get("migManager") or {}).get("env") or []
+    return any(e.get("name") == "WITH_REBOOT" and str(e.get("value")).lower() == "true" for e in env)
+
+
+def operator_namespace(policy, default):
+    return ((policy or {}).get("status") or {}).get("namespace") or default
+
+
+def custom_config_name(policy):
+    return ((((policy or {}).get("spec") or {}).get("migManager") or {}).get("config") or {}).get("name") or ""
+
+
+def find_config_source(ops, policy, node_name, namespace):
+    """The mig-parted config MIG Manager on ``node_name`` reads (reference §3.1-§3.2):
+    the ClusterPolicy's custom ConfigMap, else the generated ``<node>-mig-config``, else the built-in.
+
+    Returns {kind: custom|generated|builtin, namespace, name, text (None for builtin), source (for messages)}.
+    Raises MigStepError when the ClusterPolicy names a ConfigMap that is missing or lacks config.yaml.
+    """
+    custom = custom_config_name(policy)
+    if custom:
+        configmap = ops.get_configmap(namespace, custom)
+        if configmap is None:
+            raise MigStepError("ClusterPolicy names MIG config ConfigMap %s/%s, which does not exist" % (
+                namespace, custom))
+        data = configmap.get("data") or {}
+        # A custom ConfigMap must hold key config.yaml (reference §1.2); old charts' default map used
+        # config-default.yaml.
+        text = data.get("config.yaml") or data.get("config-default.yaml")
+        if text is None:
+            raise MigStepError("MIG config ConfigMap %s/%s has no key config.yaml (keys: %s)" % (
+                namespace, custom, ", ".join(sorted(data)) or "none"))
+        return {"kind": "custom", "namespace": namespace, "name": custom, "text": text,
+                "source": "ConfigMap %s/%s" % (namespace, custom)}
+    generated = "%s-mig-config" % node_name
+    configmap = ops.get_configmap(namespace, generated)
+    if configmap is not None and (configmap.get("data") or {}).get("config.yaml"):
+        return {"kind": "generated", "namespace": namespace, "name": generated,
+                "text": configmap["data"]["config.yaml"], "source": "ConfigMap %s/%s" % (namespace, generated)}
+    return {"kind": "builtin", "namespace": None, "name": None, "text": None, "source": "built-in default config"}
+
+
+# -- node views ----------------------------------------------------------------------------------------------
+
+def gpu_allocatable(node):
+    """{resource: int} of the node's GPU resources (nvidia.com/gpu*, nvidia.com/mig-*), zero entries dropped."""
+    result = {}
+    for name, value in (((node.get("status") or {}).get("allocatable")) or {}).items():
+        if name.startswith(GPU_RESOURCE_PREFIXES):
+            try:
+                count = int(str(value))
+            except ValueError:
+                continue
+            if count:
+                result[name] = count
+    return result
+
+
+def paused_deploy_labels(node):
+    return sorted(k for k, v in labels_of(node).items() if k.startswith(DEPLOY_LABEL_PREFIX) and v == PAUSED_VALUE)
+
+
+def node_ready(node):
+    for condition in ((node.get("status") or {}).get("conditions")) or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def mig_state(node):
+    labels = labels_of(node)
+    return {"config": labels.get(MIG_CONFIG_LABEL), "state": labels.get(MIG_STATE_LABEL)}
+
+
+def resource_mismatches(expected, actual):
+    """Human-readable differences between expected and advertised GPU resources ({} both sides = match)."""
+    problems = []
+    for name in sorted(set(expected) | set(actual)):
+        want, have = int(expected.get(name, 0)), int(actual.get(name, 0))
+        if want != have:
+            problems.append("allocatable %s is %d, plan says %d" % (name, have, want))
+    return problems
+
+
+def label_mismatches(expected, labels):
+    problems = []
+    for key in sorted(expected):
+        if str(labels.get(key)) != str(expected[key]):
+            problems.append("GFD label %s is %r, plan says %r" % (key, labels.get(key), expected[key]))
+    return problems
+
+
+# -- the step against the API -----------------------------------------------------------------------------------
+
+def set_config_label(ops, node, target, check_mode=False):
+    """Point MIG Manager at ``target``: record the previous config for rollback, clear the stale state so
+    the next ``success`` is this run's, and set the label. Returns the patch (applied unless check_mode)."""
+    labels = labels_of(node)
+    annotations = annotations_of(node)
+    patch = {"metadata": {"labels": {MIG_CONFIG_LABEL: target, MIG_STATE_LABEL: None},
+                          "annotations": {TARGET_CONFIG_ANNOTATION: target}}}
+    if annotations.get(TARGET_CONFIG_ANNOTATION) != target or PREVIOUS_CONFIG_ANNOTATION not in annotations:
+        patch["metadata"]["annotations"][PREVIOUS_CONFIG_ANNOTATION] = labels.get(MIG_CONFIG_LABEL) or ""
+    if not check_mode:
+        ops.patch_node(node["metadata"]["name"], patch)
+    return patch
+
+
+def follow_state(ops, node_name, target, deadline, node=None):
+    """Watch the node until MIG Manager reports ``success`` (and, after ``rebooting``, the node is back and
+    Ready) or ``failed``. Returns {final, states, rebooted, node}; final is success|failed|timeout|changed."""
+    node = node or ops.get_node(node_name)
+    seen = []
+    flags = {"rebooted": False, "final": None}
+
+    def done(obj):
+        labels = labels_of(obj)
+        state = labels.get(MIG_STATE_LABEL)
+        if state and (not seen or seen[-1] != state):
+            seen.append(state)
+        if labels.get(MIG_CONFIG_LABEL) != target:
+            flags["final"] = "changed"
+            return True
+        if state == "rebooting":
+            flags["rebooted"] = True
+        if state == "failed":
+            flags["final"] = "failed"
+            return True
+        if state == "success" and (node_ready(obj) or not flags["rebooted"]):
+            flags["final"] = "success"
+            return True
+        return False
+
+    try:
+        node = ops.watch_node(node_name, deadline, done, node)
+    except DeadlineExceeded as exc:
+        return {"final": "timeout", "states": seen, "rebooted": flags["rebooted"], "node": exc.last or node}
+    return {"final": flags["final"], "states": seen, "rebooted": flags["rebooted"], "node": node}
+
+
+def wait_verified(ops, node_name, expected_resources, expected_labels, deadline, node=None):
+    """Watch until allocatable equals the plan and GFD labels agree; returns the mismatches left at the
+    deadline ([] when verified). Allocatable lags the apply while the device plugin restarts (§6.3)."""
+    node = node or ops.get_node(node_name)
+    last = {"problems": []}
+
+    def done(obj):
+        last["problems"] = (resource_mismatches(expected_resources, gpu_allocatable(obj))
+                            + label_mismatches(expected_labels or {}, labels_of(obj)))
+        return not last["problems"]
+
+    try:
+        ops.watch_node(node_name, deadline, done, node)
+    except DeadlineExceeded:
+        return last["problems"]
+    return []
+
+
+def collect_diagnostics(ops, node_name, namespace, log_lines=100):
+    """What an operator needs when a node's MIG change fails or hangs (user-pain.md §1.1-§1.3)."""
+    diagnostics = {"node": node_name}
+    try:
+        node = ops.get_node(node_name)
+    except ApiException as exc:
+        diagnostics["error"] = "cannot read node: HTTP %s" % exc.status
+        return diagnostics
+    diagnostics.update(mig_state(node))
+    diagnostics["ready"] = node_ready(node)
+    diagnostics["unschedulable"] = bool((node.get("spec") or {}).get("unschedulable"))
+    diagnostics["paused_deploy_labels"] = paused_deploy_labels(node)
+    diagnostics["gpu_allocatable"] = gpu_allocatable(node)
+    logs = {}
+    gpu_pods = []
+    try:
+        pods = ops.list_pods_on_node(node_name).get("items") or []
+    except ApiException as exc:
+        pods = []
+        diagnostics["pods_error"] = "HTTP %s" % exc.status
+    for pod in pods:
+        labels = labels_of(pod)
+        phase = (pod.get("status") or {}).get("phase")
+        if labels.get("app") == "nvidia-mig-manager":
+            meta = pod.get("metadata") or {}
+            try:
+                logs[pod_ref(pod)] = ops.pod_log(meta.get("namespace"), meta.get("name"), tail_lines=log_lines)
+            except ApiException as exc:
+                logs[pod_ref(pod)] = "(logs unavailable: HTTP %s %s)" % (exc.status, exc.reason)
+        elif phase not in ("Succeeded", "Failed") and is_gpu_pod(pod):
+            gpu_pods.append(pod_ref(pod))
+    diagnostics["mig_manager_logs"] = logs
+    diagnostics["gpu_pods_on_node"] = sorted(gpu_pods)
+    hints = []
+    if not logs:
+        hints.append("no MIG Manager pod on %s (is nvidia.com/gpu.deploy.mig-manager=true?)" % node_name)
+    if diagnostics["paused_deploy_labels"]:
+        hints.append("operands left paused (%s): un-wedge restores them and re-triggers MIG Manager"
+                     % ", ".join(diagnostics["paused_deploy_labels"]))
+    if gpu_pods:
+        hints.append("pods still using GPUs on the node: %s" % ", ".join(sorted(gpu_pods)))
+    diagnostics["hints"] = hints
+    return diagnostics
+
+
+def unwedge(ops, node_name, target, check_mode=False):
+    """Restore deploy labels MIG Manager left paused and re-trigger it for ``target`` (user-pain.md §1.3):
+    remove the config label (MIG Manager ignores a removed label, §3.4), then set it again, which is the
+    label *change* its informer acts on. Returns {restored_labels, retriggered}."""
+    node = ops.get_node(node_name)
+    restored = paused_deploy_labels(node)
+    if check_mode:
+        return {"restored_labels": restored, "retriggered": target}
+    first = {"metadata": {"labels": dict((k, "true") for k in restored)}}
+    first["metadata"]["labels"].update({MIG_CONFIG_LABEL: None, MIG_STATE_LABEL: None})
+    ops.patch_node(node_name, first)
+    ops.patch_node(node_name, {"metadata": {"labels": {MIG_CONFIG_LABEL: target},
+                                            "annotations": {TARGET_CONFIG_ANNOTATION: target}}})
+    return {"restored_labels": restored, "retriggered": target}
+
+
+def previous_config(node):
+    return annotations_of(node).get(PREVIOUS_CONFIG_ANNOTATION)
+
+
+def finish_annotations_patch():
+    """Drop the in-progress marker once a node is verified; the previous config stays for rollback."""
+    return {"metadata": {"annotations": {TARGET_CONFIG_ANNOTATION: None}}}
+
+
+def now():
+    return time.monotonic()

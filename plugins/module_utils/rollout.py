@@ -1,0 +1,319 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Plan and roll a MIG config across nodes: per node drain -> label -> follow -> verify -> uncordon.
+
+A batch runs its nodes concurrently (one thread per node, each following its node with a watch), so a
+batch takes about as long as its slowest node and the rollout stays near the critical-path bound
+ceil(N / max_unavailable) x (drain + apply + verify). Resumable: every step reads the node first and
+skips what is already done (cordon recorded, label at target, state success).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import node_mig
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.drain import (
+    PRIOR_UNSCHEDULABLE_ANNOTATION,
+    DrainError,
+    NodeDrainer,
+    drain_node,
+    public_plan,
+)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import (
+    ApiException,
+    annotations_of,
+    labels_of,
+)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import facts, plan as mig_plan, resolve
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
+
+DEFAULTS = {
+    "operator_namespace": "gpu-operator",
+    "strategy": None,
+    "pod_scope": "gpu",
+    "force": False,
+    "delete_emptydir_data": False,
+    "grace_period": None,
+    "drain_timeout": 600,
+    "eviction_retry_delay": 5.0,
+    "apply_timeout": 900,
+    "verify_timeout": 180,
+    "unwedge_on_timeout": False,
+    "rollback_on_failure": False,
+    "log_lines": 100,
+}
+
+
+def layout_text(per_gpu_targets):
+    """'4x[1g.10gb:2 2g.20gb:1 3g.40gb:1]' style summary of per-GPU layouts (MIG off shown as 'disabled')."""
+    groups = []
+    for target in per_gpu_targets:
+        text = "disabled" if target is None else (
+            "[%s]" % " ".join("%s:%s" % (p, c) for p, c in sorted(target.items())) if target else "[enabled, empty]")
+        if groups and groups[-1][0] == text:
+            groups[-1][1] += 1
+        else:
+            groups.append([text, 1])
+    return ", ".join("%dx%s" % (count, text) for text, count in groups) or "-"
+
+
+def current_text(node, hardware):
+    node_current = (hardware or {}).get("node_current") or {}
+    if node_current:
+        layout = " ".join("%s:%s" % (p, c) for p, c in sorted(node_current.items()))
+    else:
+        layout = "no MIG devices"
+    return "%s (%s)" % (labels_of(node).get(node_mig.MIG_CONFIG_LABEL) or "unset", layout)
+
+
+class Context(object):
+    """What every node of a run shares: options, the ClusterPolicy, and per-thread API access."""
+
+    def __init__(self, ops_factory, options):
+        self.ops_factory = ops_factory
+        self.options = dict(DEFAULTS)
+        self.options.update(dict((k, v) for k, v in (options or {}).items() if v is not None))
+        self.ops = ops_factory()
+        self.policy = node_mig.active_cluster_policy(self.ops.list_cluster_policies())
+        self.namespace = node_mig.operator_namespace(self.policy, self.options["operator_namespace"])
+        self.with_reboot = node_mig.with_reboot(self.policy)
+
+    def drainer(self, ops, node_name):
+        o = self.options
+        return NodeDrainer(ops, node_name, pod_scope=o["pod_scope"], force=o["force"],
+                           delete_emptydir_data=o["delete_emptydir_data"], grace_period=o["grace_period"],
+                           retry_delay=o["eviction_retry_delay"])
+
+
+def plan_one(ctx, ops, node_name, target, hardware=None):
+    """Pre-flight one node: config source, layout fit, strategy, pods to evict, budgets. Changes nothing."""
+    entry = {"node": node_name, "target_config": target, "errors": [], "model": None}
+    try:
+        node = ops.get_node(node_name)
+    except ApiException as exc:
+        entry["errors"].append("node %s: %s" % (node_name, "not found" if exc.status == 404 else
+                                                  "cannot read (HTTP %s)" % exc.status))
+        return entry
+    labels = labels_of(node)
+    annotations = annotations_of(node)
+    strategy = ctx.options["strategy"] or node_mig.mig_strategy(ctx.policy, node)
+    state = node_mig.mig_state(node)
+    entry.update({"strategy": strategy, "current_config": state["config"], "current_state": state["state"],
+                  "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
+                  "cordoned_by_us": PRIOR_UNSCHEDULABLE_ANNOTATION in annotations,
+                  "admin_cordoned": annotations.get(PRIOR_UNSCHEDULABLE_ANNOTATION,
+                                                    "true" if (node.get("spec") or {}).get("unschedulable")
+                                                    else "false") == "true",
+                  "in_progress_target": annotations.get(node_mig.TARGET_CONFIG_ANNOTATION),
+                  "previous_config": node_mig.previous_config(node)})
+    try:
+        source = node_mig.find_config_source(ops, ctx.policy, node_name, ctx.namespace)
+    except node_mig.MigStepError as exc:
+        entry["errors"].append("node %s: %s" % (node_name, exc))
+        return entry
+    entry["config_source"] = source["source"]
+    try:
+        hw = hardware or facts.hardware_from_gfd_labels(labels, (node.get("status") or {}).get("allocatable"),
+                                                        node_name)
+        config = resolve.builtin_config() if source["kind"] == "builtin" else source["text"]
+        plan = mig_plan.plan_node(hw, config_name=target, config=config, config_source=source["source"])
+    except PlanningError as exc:
+        entry["errors"].append("node %s: %s" % (node_name, exc))
+        return entry
+    entry["model"] = plan["gpus"][0]["model"] if plan["gpus"] else None
+    entry["gpu_count"] = len(plan["gpus"])
+    entry["current"] = current_text(node, hw)
+    entry["target"] = layout_text([g["target"] if g["mig_enabled"] else None for g in plan["gpus"]])
+    if not plan["feasible"]:
+        entry["errors"].append("node %s: config %s does not fit: %s" % (node_name, target, plan["reason"]))
+    try:
+        conflict = mig_plan.strategy_conflict(plan, strategy)
+        expected = mig_plan.expected_resources(plan, strategy)
+        expected_labels = mig_plan.expected_gfd_labels(plan, strategy)
+    except PlanningError as exc:
+        entry["errors"].append("node %s: %s" % (node_name, exc))
+        return entry
+    if conflict:
+        entry["errors"].append("node %s: config %s under the node's MIG strategy: %s" % (node_name, target, conflict))
+    entry["expected_resources"] = expected
+    entry["expected_gfd_labels"] = expected_labels
+    entry["mode_change"] = plan["mode_change_required"]
+    entry["reboot_expected"] = bool(plan["mode_change_required"] and ctx.with_reboot)
+    entry["reset_or_reboot"] = ("reboot" if entry["reboot_expected"] else "GPU reset") if plan["mode_change_required"] \
+        else "none (layout only)"
+    verified_now = not node_mig.resource_mismatches(expected, node_mig.gpu_allocatable(node))
+    entry["at_target"] = bool(state["config"] == target and state["state"] == "success" and verified_now
+                              and not entry["cordoned_by_us"] and not entry["in_progress_target"])
+    entry["half_done"] = bool(entry["cordoned_by_us"] or entry["in_progress_target"])
+    if entry["at_target"]:
+        entry.update({"pods_to_evict": [], "blocking_budgets": [], "drain_blockers": []})
+        return entry
+    try:
+        drain_plan = public_plan(ctx.drainer(ops, node_name).plan(node))
+    except ApiException as exc:
+        entry["errors"].append("node %s: cannot list pods/budgets (HTTP %s)" % (node_name, exc.status))
+        return entry
+    entry["pods_to_evict"] = ["%s/%s" % (p["namespace"], p["name"]) for p in drain_plan["evict"]]
+    entry["blocking_budgets"] = ["%s/%s (allows %d, needs %d)" % (b["namespace"], b["name"], b["disruptions_allowed"],
+                                                                  len(b["pods"])) for b in drain_plan["blocking_budgets"]]
+    entry["drain_blockers"] = ["%s/%s: %s" % (p["namespace"], p["name"], p["reason"]) for p in drain_plan["blockers"]]
+    if entry["drain_blockers"]:
+        entry["errors"].append("node %s: drain would be refused: %s" % (node_name, "; ".join(entry["drain_blockers"])))
+    return entry
+
+
+def plan_all(ctx, node_names, target, hardware_by_node=None, workers=16):
+    hardware_by_node = hardware_by_node or {}
+
+    def one(name):
+        return plan_one(ctx, ctx.ops, name, target, hardware_by_node.get(name))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(node_names) or 1))) as pool:
+        return list(pool.map(one, node_names))
+
+
+PLAN_COLUMNS = ("node", "model", "current", "target", "evict", "budgets", "reset/reboot", "status")
+
+
+def plan_table(entries):
+    rows = []
+    for e in entries:
+        status = "INVALID" if e["errors"] else ("at target" if e.get("at_target") else
+                                               ("resume" if e.get("half_done") else "change"))
+        rows.append((e["node"], e.get("model") or "?", e.get("current") or "?", e.get("target") or "?",
+                     str(len(e.get("pods_to_evict") or [])), ", ".join(e.get("blocking_budgets") or []) or "-",
+                     e.get("reset_or_reboot") or "-", status))
+    return format_table(PLAN_COLUMNS, rows)
+
+
+SUMMARY_COLUMNS = ("node", "model", "before", "after", "evicted", "duration", "result")
+
+
+def summary_table(rows):
+    return format_table(SUMMARY_COLUMNS, [(r["node"], r.get("model") or "?", r.get("before") or "unset",
+                                           r.get("after") or "unset", str(len(r.get("evicted") or [])),
+                                           "%.1fs" % r.get("duration_s", 0), r["result"]) for r in rows])
+
+
+def format_table(columns, rows):
+    widths = [max([len(c)] + [len(str(row[i])) for row in rows]) for i, c in enumerate(columns)]
+    line = "  ".join("%-*s" % (w, c) for w, c in zip(widths, columns))
+    return [line.rstrip()] + ["  ".join("%-*s" % (w, v) for w, v in zip(widths, row)).rstrip() for row in rows]
+
+
+def _fail(row, stage, message, ctx, ops, node_name, started):
+    row.update({"result": "failed", "stage": stage, "message": message,
+                "duration_s": round(time.monotonic() - started, 3)})
+    row["diagnostics"] = node_mig.collect_diagnostics(ops, node_name, ctx.namespace, ctx.options["log_lines"])
+    row["left_cordoned"] = row["diagnostics"].get("unschedulable", True)
+    row["after"] = row["diagnostics"].get("config")
+    return row
+
+
+def reconfigure_node(ctx, node_name, target, planned=None):
+    """Run the whole per-node procedure; returns a summary row (never raises for node-level failures)."""
+    ops = ctx.ops_factory()
+    started = time.monotonic()
+    planned = planned or plan_one(ctx, ops, node_name, target)
+    row = {"node": node_name, "model": planned.get("model"), "before": planned.get("current_config"),
+           "after": planned.get("current_config"), "evicted": [], "timings": {}, "states": []}
+    if planned["errors"]:
+        row.update(result="invalid", message="; ".join(planned["errors"]), duration_s=0.0)
+        return row
+    if planned.get("at_target"):
+        row.update(result="unchanged", message="already at %s and verified" % target, duration_s=0.0)
+        return row
+    o = ctx.options
+    try:
+        # 1. drain (idempotent: an earlier cordon of ours is kept, remaining GPU pods are evicted)
+        t0 = time.monotonic()
+        try:
+            drained = drain_node(ctx.drainer(ops, node_name), o["drain_timeout"])
+        except DrainError as exc:
+            row["evicted"] = ["%s/%s" % (p["namespace"], p["name"]) for p in exc.result.get("evicted") or []]
+            row["blocked_by"] = exc.result.get("blocked_by")
+            return _fail(row, "drain", str(exc), ctx, ops, node_name, started)
+        row["evicted"] = ["%s/%s" % (p["namespace"], p["name"]) for p in drained["evicted"]]
+        row["timings"]["drain_s"] = round(time.monotonic() - t0, 3)
+        # 2. label, unless MIG Manager already has this target (a resumed run)
+        t1 = time.monotonic()
+        node = ops.get_node(node_name)
+        state = node_mig.mig_state(node)
+        if state["config"] != target:
+            node_mig.set_config_label(ops, node, target)
+        elif state["state"] in (None, "", "failed"):
+            # Same value again would not wake MIG Manager (it acts on changes, §3.4): re-trigger.
+            node_mig.unwedge(ops, node_name, target)
+        # 3. follow the state with a watch until success/failed or the deadline
+        followed = node_mig.follow_state(ops, node_name, target, time.monotonic() + o["apply_timeout"])
+        row["states"] = followed["states"]
+        row["rebooted"] = followed["rebooted"]
+        if followed["final"] == "timeout" and o["unwedge_on_timeout"]:
+            row["unwedged"] = node_mig.unwedge(ops, node_name, target)
+            followed = node_mig.follow_state(ops, node_name, target, time.monotonic() + o["apply_timeout"])
+            row["states"] += followed["states"]
+        row["timings"]["apply_s"] = round(time.monotonic() - t1, 3)
+        if followed["final"] != "success":
+            reason = {"failed": "MIG Manager reported failed",
+                      "timeout": "no success within %ss (state %s)" % (
+                          o["apply_timeout"], (followed["states"] or ["unset"])[-1]),
+                      "changed": "someone else changed %s meanwhile" % node_mig.MIG_CONFIG_LABEL}[followed["final"]]
+            row = _fail(row, "apply", "node %s: %s -> %s: %s; node left cordoned" % (
+                node_name, row["before"] or "unset", target, reason), ctx, ops, node_name, started)
+            if o["rollback_on_failure"] and followed["final"] != "changed":
+                row["rollback"] = rollback(ctx, ops, node_name)
+            return row
+        # 4. verify allocatable and GFD labels against the plan
+        t2 = time.monotonic()
+        problems = node_mig.wait_verified(ops, node_name, planned["expected_resources"],
+                                          planned["expected_gfd_labels"], time.monotonic() + o["verify_timeout"],
+                                          followed["node"])
+        row["timings"]["verify_s"] = round(time.monotonic() - t2, 3)
+        if problems:
+            return _fail(row, "verify", "node %s: MIG Manager reported success but %s; node left cordoned" % (
+                node_name, "; ".join(problems)), ctx, ops, node_name, started)
+        # 5. give the node back as we found it
+        ops.patch_node(node_name, node_mig.finish_annotations_patch())
+        changed, outcome = ctx.drainer(ops, node_name).uncordon()
+        row.update(result="reconfigured", after=target, uncordon=outcome,
+                   duration_s=round(time.monotonic() - started, 3),
+                   message="%s -> %s verified (%s)" % (row["before"] or "unset", target, outcome))
+        return row
+    except ApiException as exc:
+        return _fail(row, "api", "node %s: Kubernetes API error HTTP %s %s" % (node_name, exc.status, exc.reason),
+                     ctx, ops, node_name, started)
+
+
+def rollback(ctx, ops, node_name):
+    """Point the node back at the config recorded before our change and follow it (explicit option)."""
+    node = ops.get_node(node_name)
+    previous = node_mig.previous_config(node)
+    if not previous:
+        return {"result": "skipped", "message": "no previous config recorded on node %s" % node_name}
+    node_mig.set_config_label(ops, node, previous)
+    followed = node_mig.follow_state(ops, node_name, previous, time.monotonic() + ctx.options["apply_timeout"])
+    return {"result": followed["final"], "config": previous, "states": followed["states"]}
+
+
+def run_batch(ctx, node_names, target, hardware_by_node=None):
+    """All nodes of one batch at once. The batch is re-planned first (nothing stale is acted on); if any
+    node's plan is invalid, no node is touched. Returns (rows in ``node_names`` order, plans)."""
+    if not node_names:
+        return [], []
+    plans = plan_all(ctx, node_names, target, hardware_by_node)
+    if any(p["errors"] for p in plans):
+        rows = []
+        for p in plans:
+            rows.append({"node": p["node"], "model": p.get("model"), "before": p.get("current_config"),
+                         "after": p.get("current_config"), "evicted": [], "duration_s": 0.0,
+                         "result": "invalid" if p["errors"] else "not started",
+                         "message": "; ".join(p["errors"]) or "batch refused: another node's plan is invalid"})
+        return rows, plans
+    with ThreadPoolExecutor(max_workers=len(node_names)) as pool:
+        rows = list(pool.map(lambda p: reconfigure_node(ctx, p["node"], target, p), plans))
+    return rows, plans

@@ -1,0 +1,298 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: mig_rollout
+short_description: Plan a MIG config change for GPU nodes, or roll it over one batch of nodes at once
+version_added: 0.1.0
+description:
+  - O(phase=plan) pre-flights every node in O(nodes) without changing anything - the config exists in the
+    source MIG Manager reads on that node (the ClusterPolicy's custom ConfigMap, the generated
+    C(<node>-mig-config), or the built-in default), the layout fits the node's GPUs, the node's MIG strategy
+    can advertise it, which pods would be evicted and which PodDisruptionBudgets would block - and returns
+    the plan as data and as a printable table.
+  - O(phase=apply) re-plans the batch, refuses it whole if any node's plan is invalid, then reconfigures all
+    nodes of the batch concurrently - drain (GPU pods, PDB-aware), set C(nvidia.com/mig.config), follow
+    C(nvidia.com/mig.config.state) with a watch until success or failure (through C(rebooting) until the node
+    is Ready again), verify allocatable and GFD labels against the plan, restore the cordon found.
+  - A node that fails stays cordoned, with diagnostics (MIG Manager logs, operands left paused, pods still
+    holding GPUs). Nodes already at the target are skipped; half-done nodes are finished.
+  - Used by the C(gpufleet.gpu_operator.mig_reconfigure) role, which runs the canary and the batches.
+author:
+  - gpufleet maintainers
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.kube_auth
+options:
+  nodes:
+    description: Node names to plan or reconfigure.
+    type: list
+    elements: str
+    required: true
+  config:
+    description: The MIG config name to apply (for example V(all-balanced) or V(all-1g.10gb)), resolved per node.
+    type: str
+    required: true
+  phase:
+    description: V(plan) only reads; V(apply) reconfigures the nodes concurrently.
+    type: str
+    choices: [plan, apply]
+    default: apply
+  operator_namespace:
+    description: Namespace of the GPU Operator, used when the ClusterPolicy status does not name it.
+    type: str
+    default: gpu-operator
+  strategy:
+    description: MIG strategy to plan for; default is the ClusterPolicy's C(spec.mig.strategy), else the node's label.
+    type: str
+    choices: [none, single, mixed]
+  pod_scope:
+    description: V(gpu) evicts only pods that use GPUs; V(all) every evictable pod.
+    type: str
+    choices: [gpu, all]
+    default: gpu
+  force:
+    description: Also evict pods no controller manages.
+    type: bool
+    default: false
+  delete_emptydir_data:
+    description: Also evict pods with emptyDir volumes.
+    type: bool
+    default: false
+  grace_period:
+    description: Termination grace period for evicted pods, in seconds.
+    type: int
+  drain_timeout:
+    description: Seconds per node for evictions (PDB refusals are retried) and for the pods to be gone.
+    type: int
+    default: 600
+  eviction_retry_delay:
+    description: Seconds between eviction retries while a budget refuses.
+    type: float
+    default: 5.0
+  apply_timeout:
+    description: Seconds per node for MIG Manager to report success (including a reboot).
+    type: int
+    default: 900
+  verify_timeout:
+    description: Seconds per node for allocatable and GFD labels to match the plan after success.
+    type: int
+    default: 180
+  unwedge_on_timeout:
+    description: When a node does not finish in time, restore operands left paused and re-trigger MIG Manager once.
+    type: bool
+    default: false
+  rollback_on_failure:
+    description: When MIG Manager fails on a node, point it back at the config it had before (it stays cordoned).
+    type: bool
+    default: false
+  hardware:
+    description: Optional hardware facts per node name (as gpu_info returns them); GFD labels and the catalog otherwise.
+    type: dict
+  lock:
+    description: The rollout Lease to renew while the batch runs (see M(gpufleet.gpu_operator.mig_rollout_lock)).
+    type: dict
+    suboptions:
+      namespace:
+        description: Namespace of the Lease.
+        type: str
+        default: gpu-operator
+      name:
+        description: Name of the Lease.
+        type: str
+        default: gpufleet-mig-rollout
+      holder:
+        description: Holder identity used when the lease was taken.
+        type: str
+        required: true
+      duration:
+        description: Lease duration in seconds.
+        type: int
+        default: 120
+attributes:
+  check_mode:
+    support: full
+    details: With O(phase=apply), returns the plan of the batch and changes nothing.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Plan all-balanced on every GPU node of the play
+  gpufleet.gpu_operator.mig_rollout:
+    nodes: "{{ ansible_play_hosts_all }}"
+    config: all-balanced
+    phase: plan
+  run_once: true
+  delegate_to: localhost
+  register: mig_plan
+
+- name: Reconfigure one batch
+  gpufleet.gpu_operator.mig_rollout:
+    nodes: [gpu-node-3, gpu-node-4]
+    config: all-balanced
+    lock: {holder: "rollout-42"}
+"""
+
+RETURN = r"""
+plan:
+  description: Per node - model, strategy, config_source, current, target, expected_resources, pods_to_evict,
+    blocking_budgets, reset_or_reboot, at_target, half_done, errors.
+  returned: always
+  type: list
+  elements: dict
+plan_table:
+  description: The plan as aligned text lines.
+  returned: always
+  type: list
+  elements: str
+invalid_nodes:
+  description: Nodes whose plan is invalid (nothing is changed anywhere when this is not empty).
+  returned: always
+  type: list
+  elements: str
+rows:
+  description: Per node result - node, model, before, after, evicted, duration_s, result
+    (reconfigured, unchanged, failed, invalid, not started), message, states, timings, diagnostics on failure.
+  returned: phase=apply, not check mode
+  type: list
+  elements: dict
+summary_table:
+  description: The rows as aligned text lines.
+  returned: phase=apply, not check mode
+  type: list
+  elements: str
+failed_nodes:
+  description: Nodes that failed (left cordoned, with diagnostics in their row).
+  returned: phase=apply, not check mode
+  type: list
+  elements: str
+api_requests:
+  description: API requests made by this run (total and by verb), for the benchmark.
+  returned: always
+  type: dict
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+    AUTH_ARG_SPEC,
+    ApiException,
+    KubeAuthError,
+    api_error_message,
+    get_api_client,
+    require_kubernetes,
+)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps, RequestCounter
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.rollout_lock import (
+    LeaseRenewer,
+    LockHeld,
+    RolloutLock,
+)
+
+OPTION_KEYS = ("operator_namespace", "strategy", "pod_scope", "force", "delete_emptydir_data", "grace_period",
+               "drain_timeout", "eviction_retry_delay", "apply_timeout", "verify_timeout", "unwedge_on_timeout",
+               "rollback_on_failure")
+
+
+def main():
+    argument_spec = dict(
+        nodes=dict(type="list", elements="str", required=True),
+        config=dict(type="str", required=True),
+        phase=dict(type="str", choices=["plan", "apply"], default="apply"),
+        operator_namespace=dict(type="str", default="gpu-operator"),
+        strategy=dict(type="str", choices=["none", "single", "mixed"]),
+        pod_scope=dict(type="str", choices=["gpu", "all"], default="gpu"),
+        force=dict(type="bool", default=False),
+        delete_emptydir_data=dict(type="bool", default=False),
+        grace_period=dict(type="int"),
+        drain_timeout=dict(type="int", default=600),
+        eviction_retry_delay=dict(type="float", default=5.0),
+        apply_timeout=dict(type="int", default=900),
+        verify_timeout=dict(type="int", default=180),
+        unwedge_on_timeout=dict(type="bool", default=False),
+        rollback_on_failure=dict(type="bool", default=False),
+        hardware=dict(type="dict"),
+        lock=dict(type="dict", options=dict(
+            namespace=dict(type="str", default="gpu-operator"),
+            name=dict(type="str", default="gpufleet-mig-rollout"),
+            holder=dict(type="str", required=True),
+            duration=dict(type="int", default=120),
+        )),
+    )
+    argument_spec.update(AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    require_kubernetes(module)
+    params = module.params
+    nodes = [n for n in params["nodes"] if n]
+    if not nodes:
+        module.fail_json(msg="nodes is empty: no GPU node to plan (check the play's hosts or --limit)")
+    if len(set(nodes)) != len(nodes):
+        module.fail_json(msg="nodes lists a node more than once: %s" % ", ".join(sorted(set(
+            n for n in nodes if nodes.count(n) > 1))))
+    for key in ("drain_timeout", "apply_timeout", "verify_timeout"):
+        if params[key] <= 0:
+            module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, params[key]))
+    counter = RequestCounter()
+
+    def ops_factory():
+        # One ApiClient per worker thread: each holds its own connection pool for its watches.
+        return KubeOps(get_api_client(params), counter)
+
+    started = time.monotonic()
+    try:
+        ctx = rollout.Context(ops_factory, dict((k, params[k]) for k in OPTION_KEYS))
+        hardware = params["hardware"] or {}
+        if params["phase"] == "plan" or module.check_mode:
+            plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
+            result = dict(changed=False, plan=plans, plan_table=rollout.plan_table(plans),
+                          invalid_nodes=[p["node"] for p in plans if p["errors"]])
+            if module.check_mode and params["phase"] == "apply":
+                result["changed"] = any(not p.get("at_target") for p in plans)
+            result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
+            module.exit_json(**result)
+        renewer = None
+        if params["lock"]:
+            lock = params["lock"]
+            renewer = LeaseRenewer(RolloutLock(ctx.ops.custom, lock["namespace"], lock["name"], lock["holder"],
+                                               lock["duration"], counter=counter))
+            renewer.__enter__()
+        try:
+            rows, plans = rollout.run_batch(ctx, nodes, params["config"], hardware)
+        finally:
+            if renewer is not None:
+                renewer.__exit__(None, None, None)
+    except KubeAuthError as exc:
+        module.fail_json(msg=str(exc))
+    except LockHeld as exc:
+        module.fail_json(msg="batch %s not started: %s" % (", ".join(nodes), exc))
+    except ApiException as exc:
+        module.fail_json(msg="nodes %s: %s" % (", ".join(nodes), api_error_message(exc)))
+    result = dict(
+        changed=any(r["result"] in ("reconfigured", "failed") or r.get("evicted") for r in rows),
+        plan=plans, plan_table=rollout.plan_table(plans),
+        invalid_nodes=[p["node"] for p in plans if p["errors"]],
+        rows=rows, summary_table=rollout.summary_table(rows),
+        failed_nodes=[r["node"] for r in rows if r["result"] in ("failed", "invalid", "not started")],
+        api_requests=dict(total=counter.total, by_verb=counter.by_verb,
+                          per_node=round(counter.total / float(len(nodes)), 1)),
+        duration_s=round(time.monotonic() - started, 3),
+    )
+    if renewer is not None and renewer.error:
+        result["lock_error"] = renewer.error
+    if result["failed_nodes"]:
+        module.fail_json(msg="MIG rollout of %s halted: %s" % (params["config"], " | ".join(
+            r["message"] for r in rows if r["result"] in ("failed", "invalid"))), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
