@@ -1,0 +1,278 @@
+"""The agents process: for every simulated GPU node, what the GPU Operator stack does on a real node.
+
+Plays the operator's node labelling and ClusterPolicy status, GPU Feature Discovery, the device
+plugin and MIG Manager (see docs/DEVELOPING.md, "Simulated GPU Operator node agents").
+"""
+
+import dataclasses
+import datetime
+import logging
+import os
+import threading
+from pathlib import Path
+
+from kubernetes import client
+
+from tests.testbed.agents import hardware, operands
+from tests.testbed.agents.kube import (LOG, POLICY_GROUP, POLICY_NAME, POLICY_PLURAL, POLICY_VERSION, Cache,
+                                       api_client, ignore_missing)
+from tests.testbed.agents.migmanager import CONFIG_LABEL, MigManager
+
+STATE_ANNOTATION = "gpusim.gpufleet.io/state"
+FAULT_ANNOTATION = "gpusim.gpufleet.io/fault"
+FAULTS = ("fail", "wedge-pending", "slow", "reset-unsupported", "gpu-held")
+DEPLOY = "nvidia.com/gpu.deploy."
+# Deploy labels the operator sets to "true" on container-workload GPU nodes (GO state_manager.go, §3.7).
+OPERATOR_DEPLOY = ("driver", "gpu-feature-discovery", "container-toolkit", "device-plugin", "dcgm", "dcgm-exporter",
+                   "node-status-exporter", "operator-validator", "client")
+
+
+@dataclasses.dataclass
+class Timing:
+    apply_seconds: float = 0.0      # extra time each MIG apply takes
+    slow_seconds: float = 10.0      # added by the `slow` fault
+    reboot_seconds: float = 3.0     # node NotReady during a simulated reboot
+    pod_wait_seconds: float = 300.0  # MIG Manager's wait for operand pods to go (upstream: 5 min)
+    rescan_seconds: float = 2.0     # how often GFD/the device plugin look at the hardware again
+
+
+class Agents:
+    def __init__(self, kubeconfig, hosts_dir, namespace="gpu-operator", timing=None):
+        self.api = api_client(kubeconfig)
+        self.cache = Cache(self.api)
+        self.hosts_dir = Path(hosts_dir)
+        self.namespace = namespace
+        self.timing = timing or Timing()
+        self.managers = {}
+        self.advertised = {}   # node -> resources last advertised by us
+        self.mtimes = {}
+        self.thread = None
+
+    # -- node classification ---------------------------------------------------------------
+    def state_file(self, node):
+        meta = node.get("metadata", {})
+        path = (meta.get("annotations") or {}).get(STATE_ANNOTATION)
+        if path:
+            return Path(path)
+        candidate = self.hosts_dir / ("%s.state" % meta.get("name"))
+        return candidate if candidate.exists() else None
+
+    @staticmethod
+    def faults(node):
+        value = ((node.get("metadata", {}).get("annotations") or {}).get(FAULT_ANNOTATION) or "")
+        return {f.strip() for f in value.split(",") if f.strip()}
+
+    @staticmethod
+    def is_gpu_resource(name):
+        return operands.is_gpu_resource(name)
+
+    def log_path(self, node, component):
+        return self.hosts_dir / ("%s.%s.log" % (node, component))
+
+    def with_reboot(self):
+        env = (self.cache.policy_spec().get("migManager") or {}).get("env") or []
+        return any(e.get("name") == "WITH_REBOOT" and str(e.get("value", "")).lower() == "true" for e in env)
+
+    def strategy(self):
+        return (self.cache.policy_spec().get("mig") or {}).get("strategy") or "none"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self):
+        self.hosts_dir.mkdir(parents=True, exist_ok=True)
+        self.cache.start()
+        self.thread = threading.Thread(target=self._reconcile_loop, daemon=True, name="reconcile")
+        self.thread.start()
+
+    def stop(self):
+        self.cache.stop()
+
+    def wait(self):
+        while self.thread.is_alive():
+            self.thread.join(1.0)
+
+    def _reconcile_loop(self):
+        cache = self.cache
+        while not cache.stopping.is_set():
+            with cache.cond:
+                cache.cond.wait_for(lambda: cache.dirty or cache.stopping.is_set(), self.timing.rescan_seconds)
+                names, cache.dirty = cache.dirty, set()
+                policy_changed, cache.policy_changed = cache.policy_changed, False
+                ready = all(cache.synced.values())
+            if not ready:
+                with cache.cond:
+                    cache.dirty |= names
+                continue
+            names |= self._hardware_changed()
+            for name in sorted(names):
+                try:
+                    self.reconcile_node(name)
+                except Exception as err:  # pylint: disable=broad-except  # one bad node must not stop the rest
+                    LOG.warning("[%s] reconcile failed: %s", name, err)
+            if names or policy_changed:
+                try:
+                    self.update_policy_status()
+                except Exception as err:  # pylint: disable=broad-except
+                    LOG.warning("ClusterPolicy status: %s", err)
+
+    def _hardware_changed(self):
+        """Nodes whose state file changed since the last look (GFD re-labels on an interval too)."""
+        changed = set()
+        for name, node in list(self.cache.nodes.items()):
+            path = self.state_file(node)
+            if path is None:
+                continue
+            try:
+                mtime = os.stat(path).st_mtime_ns
+            except OSError:
+                continue
+            if self.mtimes.get(name) != mtime:
+                self.mtimes[name] = mtime
+                changed.add(name)
+        return changed
+
+    # -- per node --------------------------------------------------------------------------
+    def reconcile_node(self, name):
+        node = self.cache.nodes.get(name)
+        if node is None:
+            self.advertised.pop(name, None)
+            return
+        path = self.state_file(node)
+        if path is None or not path.exists():
+            return
+        host = hardware.read_host(path)
+        labels = dict(node["metadata"].get("labels") or {})
+        patch = self.operator_labels(labels, host)
+        if self.cache.running_pod(name, self.namespace, "gpu-feature-discovery"):
+            patch.update(self.gfd_patch(labels, host))
+        if patch:
+            self.cache.core.patch_node(name, {"metadata": {"labels": patch}})
+            for key, value in patch.items():
+                if value is None:
+                    labels.pop(key, None)
+                else:
+                    labels[key] = value
+        self.device_plugin(name, node, host)
+        self.mig_manager(name, labels)
+
+    def operator_labels(self, labels, host):
+        """Operator node labelling (GO state_manager.go / nodelabeling_controller.go, reference §3.7)."""
+        spec = self.cache.policy_spec()
+        if self.cache.policy is None:
+            return {}
+        patch = {}
+        if labels.get("nvidia.com/gpu.present") != "true":
+            patch["nvidia.com/gpu.present"] = "true"
+        capable = "true" if any(g.mig_capable for g in host.gpus) else "false"
+        if labels.get("nvidia.com/mig.capable") != capable:
+            patch["nvidia.com/mig.capable"] = capable
+        if labels.get(DEPLOY + "operands") == "false":
+            for key in labels:
+                if key.startswith(DEPLOY) and key != DEPLOY + "operands":
+                    patch[key] = None
+            return patch
+        wanted = list(OPERATOR_DEPLOY)
+        if capable == "true":
+            wanted.append("mig-manager")
+        for component in wanted:
+            if not labels.get(DEPLOY + component):  # existing non-empty values (pauses) are honoured
+                patch[DEPLOY + component] = "true"
+        mig_manager = spec.get("migManager") or {}
+        default = (mig_manager.get("config") or {}).get("default", "all-disabled")
+        if (mig_manager.get("enabled", True) and capable == "true" and not labels.get(CONFIG_LABEL)
+                and default == "all-disabled"):
+            patch[CONFIG_LABEL] = "all-disabled"
+        return patch
+
+    def gfd_patch(self, labels, host):
+        wanted = operands.gfd_labels(host, self.strategy())
+        patch = {k: v for k, v in wanted.items() if labels.get(k) != v}
+        patch.update({k: None for k in labels if operands.is_gfd_label(k) and k not in wanted
+                      and k != "nvidia.com/gfd.timestamp"})
+        if patch or "nvidia.com/gfd.timestamp" not in labels:
+            patch["nvidia.com/gfd.timestamp"] = str(int(datetime.datetime.now().timestamp()))
+        return patch
+
+    def device_plugin(self, name, node, host):
+        """Node capacity/allocatable of GPU resources, as kubelet shows what the plugin advertises (§6.3)."""
+        status = node.get("status") or {}
+        current = {k: v for k, v in (status.get("allocatable") or {}).items() if operands.is_gpu_resource(k)}
+        current_cap = {k: v for k, v in (status.get("capacity") or {}).items() if operands.is_gpu_resource(k)}
+        if self.cache.running_pod(name, self.namespace, "nvidia-device-plugin-daemonset"):
+            resources, error = operands.device_plugin_resources(host, self.strategy())
+            if error and self.advertised.get(name) != ("error", error):
+                with open(self.log_path(name, "device-plugin"), "a", encoding="utf-8") as fh:
+                    fh.write("%s error starting plugins: %s\n" % (datetime.datetime.now().isoformat(), error))
+                self.advertised[name] = ("error", error)
+        else:
+            resources = {}
+        wanted = {k: "0" for k in set(current) | set(current_cap)}
+        wanted.update({k: str(v) for k, v in resources.items()})
+        if wanted != current or wanted != current_cap:
+            self.cache.core.patch_node_status(name, {"status": {"capacity": wanted, "allocatable": wanted}})
+
+    def mig_manager(self, name, labels):
+        pod = self.cache.running_pod(name, self.namespace, "nvidia-mig-manager")
+        if pod is None:
+            return
+        manager = self.managers.get(name)
+        if manager is None:
+            manager = self.managers[name] = MigManager(self, name)
+        manager.observe(pod["metadata"]["uid"], labels.get(CONFIG_LABEL, ""))
+
+    def set_node_ready(self, name, ready, message):
+        node = self.cache.core.read_node(name)
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = []
+        for cond in self.api.sanitize_for_serialization(node.status.conditions or []):
+            if cond["type"] == "Ready":
+                cond.update({"status": "True" if ready else "False", "lastTransitionTime": now,
+                             "lastHeartbeatTime": now, "message": message,
+                             "reason": "KubeletReady" if ready else "KubeletNotReady"})
+            conditions.append(cond)
+        self.cache.core.patch_node_status(name, {"status": {"conditions": conditions}})
+
+    # -- ClusterPolicy status ----------------------------------------------------------------
+    def update_policy_status(self):
+        policy = self.cache.policy
+        if policy is None:
+            return
+        apps = client.AppsV1Api(self.api)
+        daemonsets = apps.list_namespaced_daemon_set(self.namespace).items
+        gpu_nodes = {n: node for n, node in list(self.cache.nodes.items())
+                     if (node["metadata"].get("labels") or {}).get("nvidia.com/gpu.present") == "true"
+                     and self.state_file(node) is not None}
+        missing = []
+        for name, node in sorted(gpu_nodes.items()):
+            labels = node["metadata"].get("labels") or {}
+            for ds in daemonsets:
+                selector = ds.spec.template.spec.node_selector or {}
+                if not all(labels.get(k) == v for k, v in selector.items()):
+                    continue
+                app = (ds.spec.template.metadata.labels or {}).get("app", ds.metadata.name)
+                if not self.cache.running_pod(name, self.namespace, app):
+                    missing.append("%s on %s" % (ds.metadata.name, name))
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if not gpu_nodes:
+            state, ready = "ready", ("False", "NoGPUNodes", "No GPU node found, watching for new nodes to join the cluster.")
+        elif missing:
+            state, ready = "notReady", ("False", "OperandNotReady", "not ready: " + ", ".join(missing))
+        else:
+            state, ready = "ready", ("True", "Reconciled", "ClusterPolicy is ready as all resources have been successfully reconciled")
+        error = ("False", ready[1], "") if ready[0] == "True" or ready[1] == "NoGPUNodes" else ("True", ready[1], ready[2])
+        status = policy.get("status") or {}
+        have = {c.get("type"): (c.get("status"), c.get("reason"), c.get("message")) for c in status.get("conditions") or []}
+        if status.get("state") == state and have.get("Ready") == ready and have.get("Error") == error:
+            return
+        conditions = [
+            {"type": "Ready", "status": ready[0], "reason": ready[1], "message": ready[2], "lastTransitionTime": now},
+            {"type": "Error", "status": error[0], "reason": error[1], "message": error[2], "lastTransitionTime": now},
+        ]
+        body = {"status": {"state": state, "namespace": self.namespace, "conditions": conditions}}
+        ignore_missing(self.cache.custom.patch_cluster_custom_object_status, POLICY_GROUP, POLICY_VERSION,
+                       POLICY_PLURAL, POLICY_NAME, body)
+        LOG.info("ClusterPolicy %s: %s (%s)", POLICY_NAME, state, ready[2])
+
+
+def configure_logging(verbose=False):
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s")

@@ -1,0 +1,148 @@
+"""Kubernetes plumbing for the agents: client, list+watch loops into a shared cache, small helpers."""
+
+import logging
+import threading
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+LOG = logging.getLogger("gpufleet.agents")
+
+POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, POLICY_NAME = "nvidia.com", "v1", "clusterpolicies", "cluster-policy"
+
+
+def api_client(kubeconfig):
+    return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+class Cache:
+    """Nodes, pods (all namespaces) and the ClusterPolicy, kept current by watches.
+
+    Every change wakes `cond` waiters and records the affected node names in `dirty`.
+    """
+
+    def __init__(self, api):
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.cond = threading.Condition()
+        self.nodes = {}
+        self.pods = {}
+        self.policy = None
+        self.dirty = set()
+        self.policy_changed = False
+        self.synced = {"nodes": False, "pods": False, "policy": False}
+        self.stopping = threading.Event()
+        self.threads = []
+
+    def as_dict(self, obj):
+        return obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
+
+    # -- watches -------------------------------------------------------------------------
+    def start(self):
+        for name, fn, handler in (
+            ("nodes", self.core.list_node, self._on_node),
+            ("pods", self.core.list_pod_for_all_namespaces, self._on_pod),
+            ("policy", self._list_policies, self._on_policy),
+        ):
+            thread = threading.Thread(target=self._watch_forever, args=(name, fn, handler), daemon=True,
+                                      name="watch-" + name)
+            thread.start()
+            self.threads.append(thread)
+
+    def _list_policies(self, **kwargs):
+        return self.custom.list_cluster_custom_object(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, **kwargs)
+
+    def _watch_forever(self, name, list_fn, handler):
+        while not self.stopping.is_set():
+            try:
+                listed = self.as_dict(list_fn())
+                with self.cond:
+                    handler("SYNC", listed["items"])
+                    self.synced[name] = True
+                    self.cond.notify_all()
+                stream = watch.Watch()
+                for event in stream.stream(list_fn, resource_version=listed["metadata"]["resourceVersion"],
+                                           timeout_seconds=50):
+                    if self.stopping.is_set():
+                        stream.stop()
+                        return
+                    with self.cond:
+                        handler(event["type"], self.as_dict(event["object"]))
+                        self.cond.notify_all()
+            except ApiException as err:
+                if err.status not in (404, 410):
+                    LOG.warning("watch %s: %s", name, err.reason)
+                self.stopping.wait(1)  # CRD not installed yet, or history expired: list again
+            except Exception as err:  # pylint: disable=broad-except  # keep watching through API restarts
+                LOG.warning("watch %s: %s", name, err)
+                self.stopping.wait(1)
+
+    def _on_node(self, kind, obj):
+        if kind == "SYNC":
+            gone = set(self.nodes) - {n["metadata"]["name"] for n in obj}
+            self.nodes = {n["metadata"]["name"]: n for n in obj}
+            self.dirty |= set(self.nodes) | gone
+            return
+        name = obj["metadata"]["name"]
+        if kind == "DELETED":
+            self.nodes.pop(name, None)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.nodes[name] = obj
+        self.dirty.add(name)
+
+    def _on_pod(self, kind, obj):
+        if kind == "SYNC":
+            old = self.pods
+            self.pods = {p["metadata"]["uid"]: p for p in obj}
+            self.dirty |= {p.get("spec", {}).get("nodeName") for p in list(old.values()) + obj} - {None}
+            return
+        uid = obj["metadata"]["uid"]
+        if kind == "DELETED":
+            self.pods.pop(uid, None)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.pods[uid] = obj
+        node = obj.get("spec", {}).get("nodeName")
+        if node:
+            self.dirty.add(node)
+
+    def _on_policy(self, kind, obj):
+        if kind == "SYNC":
+            found = [p for p in obj if p["metadata"]["name"] == POLICY_NAME]
+            self.policy = found[0] if found else None
+        elif obj.get("metadata", {}).get("name") == POLICY_NAME:
+            self.policy = None if kind == "DELETED" else obj
+        else:
+            return
+        self.policy_changed = True
+        self.dirty |= set(self.nodes)
+
+    def stop(self):
+        self.stopping.set()
+        with self.cond:
+            self.cond.notify_all()
+
+    # -- queries (call with cond held or accept a racy snapshot) ---------------------------
+    def pods_on(self, node):
+        return [p for p in list(self.pods.values()) if p.get("spec", {}).get("nodeName") == node]
+
+    def running_pod(self, node, namespace, app):
+        for pod in self.pods_on(node):
+            meta = pod["metadata"]
+            if (meta.get("namespace") == namespace and (meta.get("labels") or {}).get("app") == app
+                    and not meta.get("deletionTimestamp") and pod.get("status", {}).get("phase") == "Running"):
+                return pod
+        return None
+
+    def policy_spec(self):
+        return (self.policy or {}).get("spec") or {}
+
+
+def ignore_missing(fn, *args, **kwargs):
+    """Call an API function; a 404 is not an error (the object is already gone)."""
+    try:
+        return fn(*args, **kwargs)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        return None

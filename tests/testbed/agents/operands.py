@@ -1,0 +1,169 @@
+"""What GPU Feature Discovery and the device plugin derive from a host's GPUs (pure, no I/O).
+
+Follows NVIDIA/k8s-device-plugin v0.20.0 (GFD internal/lm, device plugin internal/rm) as summarised
+in reference nvidia-gpu-operator-and-mig.md §6.
+"""
+
+import collections
+import re
+
+GPU = "nvidia.com/gpu"
+LABEL_PREFIX = "nvidia.com/"
+FAMILIES = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 8: "ampere", 9: "hopper", 10: "blackwell",
+            12: "blackwell"}
+
+
+def family(major, minor):
+    if major == 7:
+        return "volta" if minor < 5 else "turing"
+    return FAMILIES.get(major, "undefined")
+
+
+def product(*parts):
+    """GFD product label value: parts joined by '-', spaces to '-', other characters stripped (§6.1)."""
+    text = "-".join(p.replace(" ", "-") for p in parts if p)
+    return re.sub(r"[^A-Za-z0-9_.-]", "", text)
+
+
+def is_gfd_label(key):
+    """Labels GFD owns (it rewrites all of them on each pass)."""
+    if key.startswith(("nvidia.com/gpu.deploy.", "nvidia.com/mig.config")):
+        return False
+    if key in ("nvidia.com/gpu.present", "nvidia.com/mig.capable"):
+        return False  # the operator's; GFD writes mig.capable too, with the same value
+    return key.startswith(("nvidia.com/gpu.", "nvidia.com/mig-", "nvidia.com/cuda.", "nvidia.com/gfd.",
+                           "nvidia.com/mig.strategy", "nvidia.com/mps.", "nvidia.com/vgpu."))
+
+
+def _full_gpu_labels(name, count, memory_mb, compute, replicas):
+    major, minor = compute
+    return {
+        "nvidia.com/gpu.product": product(name),
+        "nvidia.com/gpu.count": str(count),
+        "nvidia.com/gpu.replicas": str(replicas),
+        "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/gpu.memory": str(memory_mb),
+        "nvidia.com/gpu.family": family(major, minor),
+        "nvidia.com/gpu.compute.major": str(major),
+        "nvidia.com/gpu.compute.minor": str(minor),
+    }
+
+
+def _mig_labels(prefix, model, device, count):
+    gi = device.gi_profile
+    return {
+        prefix + ".product": product(model, "MIG", device.profile),
+        prefix + ".count": str(count),
+        prefix + ".replicas": "1",
+        prefix + ".sharing-strategy": "none",
+        prefix + ".memory": str(gi.memory_mb),
+        prefix + ".multiprocessors": str(device.multiprocessors),
+        prefix + ".slices.gi": str(gi.slices),
+        prefix + ".slices.ci": str(device.ci_slices),
+        prefix + ".engines.copy": str(gi.copy_engines),
+        prefix + ".engines.decoder": str(gi.decoders),
+        prefix + ".engines.encoder": str(gi.encoders),
+        prefix + ".engines.jpeg": str(gi.jpegs),
+        prefix + ".engines.ofa": str(gi.ofas),
+    }
+
+
+def single_strategy_problem(gpus):
+    """Why a node's MIG layout is invalid under mig.strategy=single, or None (GFD/device plugin, §6.2)."""
+    enabled = [g for g in gpus if g.mig_current]
+    if not enabled:
+        return None
+    if any(not g.mig_devices for g in enabled):
+        return "at least one MIG device is enabled but empty"
+    if len(enabled) != len(gpus):
+        return "devices with MIG enabled and disable detected"
+    if len({d.profile for g in enabled for d in g.mig_devices}) != 1:
+        return "more than one MIG device type present on node"
+    return None
+
+
+def gfd_labels(host, strategy):
+    """Every label GFD puts on the node for this hardware and MIG strategy (none|single|mixed)."""
+    gpus = host.gpus
+    if not gpus:
+        return {}
+    driver = host.driver_version.split(".")
+    cuda_major, cuda_minor = host.cuda_driver_version // 1000, (host.cuda_driver_version % 1000) // 10
+    labels = {
+        "nvidia.com/cuda.driver-version.major": driver[0],
+        "nvidia.com/cuda.driver-version.minor": driver[1] if len(driver) > 1 else "",
+        "nvidia.com/cuda.driver-version.revision": driver[2] if len(driver) > 2 else "",
+        "nvidia.com/cuda.driver-version.full": host.driver_version,
+        "nvidia.com/cuda.runtime-version.major": str(cuda_major),
+        "nvidia.com/cuda.runtime-version.minor": str(cuda_minor),
+        "nvidia.com/cuda.runtime-version.full": "%d.%d" % (cuda_major, cuda_minor),
+        "nvidia.com/gpu.mode": "compute",
+        "nvidia.com/mig.capable": "true" if any(g.mig_capable for g in gpus) else "false",
+        "nvidia.com/mps.capable": "false",
+        "nvidia.com/vgpu.present": "false",
+    }
+    # Full-GPU labels: MIG-enabled GPUs first without sharing (replicas 0), full GPUs override.
+    counts = collections.Counter(g.name for g in gpus)
+    for gpu in sorted(gpus, key=lambda g: not g.mig_current):
+        labels.update(_full_gpu_labels(gpu.name, counts[gpu.name], gpu.memory_mb, gpu.compute,
+                                       0 if gpu.mig_current else 1))
+    if strategy == "none":
+        return labels
+    labels["nvidia.com/mig.strategy"] = strategy
+    migs = [d for g in gpus for d in g.mig_devices]
+    model = {g.index: g.name for g in gpus}
+    if strategy == "single":
+        if not any(g.mig_current for g in gpus):
+            return labels
+        problem = single_strategy_problem(gpus)
+        if problem:
+            first = next(g for g in gpus if g.mig_current)
+            labels.update({
+                "nvidia.com/gpu.product": product(first.name, "MIG", "INVALID"),
+                "nvidia.com/gpu.count": "0", "nvidia.com/gpu.replicas": "0", "nvidia.com/gpu.memory": "0",
+                "nvidia.com/gpu.sharing-strategy": "",
+            })
+            return labels
+        labels.update(_mig_labels("nvidia.com/gpu", model[migs[0].gpu], migs[0], len(migs)))
+        return labels
+    by_profile = collections.OrderedDict()
+    for device in migs:
+        by_profile.setdefault(device.profile, []).append(device)
+    for profile, devices in by_profile.items():
+        labels.update(_mig_labels("nvidia.com/mig-" + profile, model[devices[0].gpu], devices[0], len(devices)))
+    return labels
+
+
+def mig_resource_name(profile):
+    return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
+def device_plugin_resources(host, strategy):
+    """(resources {name: count}, error) the device plugin advertises (§6.2, §6.3).
+
+    An error means the plugin exits without advertising anything (single strategy with a layout it
+    rejects); under mixed, MIG-enabled GPUs without MIG devices are only warned about.
+    """
+    gpus = host.gpus
+    if strategy == "none":
+        return {GPU: len(gpus)}, None
+    if strategy == "single":
+        if not any(g.mig_current for g in gpus):
+            return {GPU: len(gpus)}, None
+        problem = single_strategy_problem(gpus)
+        if problem:
+            return {}, "invalid MIG configuration: %s" % problem
+        return {GPU: sum(len(g.mig_devices) for g in gpus)}, None
+    resources = collections.Counter()
+    full = [g for g in gpus if not g.mig_current]
+    if full:
+        resources[GPU] = len(full)
+    for gpu in gpus:
+        if gpu.mig_current:
+            for device in gpu.mig_devices:
+                resources[mig_resource_name(device.profile)] += 1
+    return dict(resources), None
+
+
+def is_gpu_resource(name):
+    return name == GPU or name.startswith("nvidia.com/mig-")
