@@ -92,12 +92,12 @@ def _fits(by_name, request, compute_slices, memory_slices, fixed):
     used_compute = sum(by_name[item["profile"]].get("slices", 0) for item in fixed or [] if item["profile"] in by_name)
     need_compute = sum(by_name[name].get("slices", 0) * count for name, count in request.items()) + used_compute
     if need_compute > compute_slices:
-        return "needs %d compute slices, the GPU has %d" % (need_compute, compute_slices)
+        return "%s needs %d compute slices, the GPU has %d" % (describe(request), need_compute, compute_slices)
     need_memory = sum(min(p["size"] for p in by_name[name]["placements"]) * count
                       for name, count in request.items() if by_name[name].get("placements"))
     need_memory += sum(item["size"] for item in fixed or [])
     if need_memory > memory_slices:
-        return "needs %d memory slices, the GPU has %d" % (need_memory, memory_slices)
+        return "%s needs %d memory slices, the GPU has %d" % (describe(request), need_memory, memory_slices)
     return None
 
 

@@ -113,6 +113,7 @@ def _plan_gpu(gpu, model, target):
         "destroy": [],
         "create": [],
         "mode_change_required": False,
+        "mode_write_required": False,
         "feasible": True,
         "reason": None,
         "alternatives": [],
@@ -128,6 +129,7 @@ def _plan_gpu(gpu, model, target):
         return entry
     entry["mode_change_required"] = target["mig_enabled"] != current_enabled
     mode_write = entry["mode_change_required"] or target["mig_enabled"] != pending_enabled
+    entry["mode_write_required"] = mode_write
     if not target["mig_enabled"]:
         entry["destroy"] = [dict(i) for i in instances]
         entry["changed"] = mode_write or bool(instances)
@@ -185,13 +187,17 @@ def plan_node(hardware, config_name=None, config=None, mig_devices=None, config_
     targets = _targets(gpus, config_name, config, mig_devices, config_source)
     entries = [_plan_gpu(gpu, gpu["model"], target) for gpu, target in zip(gpus, targets)]
     node_current = (hardware or {}).get("node_current")
-    changed = any(e["changed"] for e in entries)
     if node_current is not None and not any(g.get("instances") for g in gpus):
-        # Facts from labels: only node totals are known; compare those.
+        # Facts from labels: only node totals are known, so compare those instead of per-GPU lists.
         totals = collections.Counter()
         for entry in entries:
             totals.update(entry["target"])
-        changed = changed or dict(totals) != dict((k, v) for k, v in node_current.items() if v)
+        differs = dict(totals) != dict((k, v) for k, v in node_current.items() if v)
+        for entry in entries:
+            entry["changed"] = entry["mode_write_required"] or (differs and bool(entry["mig_enabled"]))
+        if differs and not any(e["changed"] for e in entries):
+            entries[0]["changed"] = bool(entries)
+    changed = any(e["changed"] for e in entries)
     reasons = [e["reason"] for e in entries if e["reason"]]
     return {
         "feasible": all(e["feasible"] for e in entries),
