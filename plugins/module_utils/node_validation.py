@@ -37,22 +37,47 @@ def resource_profile(profile):
     return profile.replace("+", ".")
 
 
+def _mig_enabled(gpu):
+    """MIG mode from either our short form (mig_enabled) or gpu_info's (mig: {current, pending})."""
+    if "mig_enabled" in gpu:
+        return bool(gpu["mig_enabled"])
+    current = (gpu.get("mig") or {}).get("current")
+    return current is True or current == 1 or str(current).lower() in ("enabled", "true", "1")
+
+
+def _mig_profiles(gpu):
+    if "mig_devices" in gpu:
+        return list(gpu["mig_devices"] or [])
+    return [instance["profile"] for instance in gpu.get("instances") or [] if instance.get("profile")]
+
+
+def _memory_mib(gpu):
+    for key in ("memory_mib", "memory_mb", "memory_total_mib", "memory_total_mb"):
+        if gpu.get(key):
+            return int(gpu[key])
+    return None
+
+
 def hardware_view(hardware):
-    """What the hardware says, per strategy: model, memory, full GPUs, MIG devices per profile."""
+    """What the hardware says, per strategy: model, memory, full GPUs, MIG devices per profile.
+
+    Accepts ``gpu_info``'s per-GPU keys (name, mig {current}, instances [{profile}], memory) or the short
+    form {name, memory_mib, mig_enabled, mig_devices: [profile, ...]}.
+    """
     gpus = hardware.get("gpus") or []
     models = sorted(set(gpu.get("name") for gpu in gpus if gpu.get("name")))
     mig_devices = {}
     full_gpus = 0
     mig_enabled = 0
     for gpu in gpus:
-        if gpu.get("mig_enabled"):
+        if _mig_enabled(gpu):
             mig_enabled += 1
-            for profile in gpu.get("mig_devices") or []:
+            for profile in _mig_profiles(gpu):
                 key = resource_profile(profile)
                 mig_devices[key] = mig_devices.get(key, 0) + 1
         else:
             full_gpus += 1
-    memory = sorted(set(gpu.get("memory_mib") for gpu in gpus if gpu.get("memory_mib")))
+    memory = sorted(set(_memory_mib(gpu) for gpu in gpus if _memory_mib(gpu)))
     return {"count": len(gpus), "models": models, "memory_mib": memory, "full_gpus": full_gpus,
             "mig_enabled_gpus": mig_enabled, "mig_devices": mig_devices}
 

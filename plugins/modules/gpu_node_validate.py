@@ -72,6 +72,11 @@ nodes:
   description: Per node, C(problems) (list of strings), C(smoke_resources), C(product) and C(summary).
   returned: always
   type: dict
+smoke_targets:
+  description: Input for M(gpufleet.gpu_operator.gpu_smoke_test) (node, resources, product) for every node found.
+  returned: always
+  type: list
+  elements: dict
 problems:
   description: Every problem, one line each, prefixed with the node name.
   returned: always
@@ -141,9 +146,12 @@ def main():
             results[name] = {"problems": checked["problems"], "smoke_resources": checked["smoke_resources"] or ["nvidia.com/gpu"],
                              "product": checked["summary"]["model"], "summary": checked["summary"]}
         problems.extend("%s: %s" % (name, problem) for problem in results[name]["problems"])
+    smoke_targets = [{"node": name, "resources": entry["smoke_resources"], "product": entry["product"]}
+                     for name, entry in sorted(results.items()) if name in nodes]
+    outcome = dict(strategy=strategy, nodes=results, problems=problems, smoke_targets=smoke_targets)
     if problems and module.params["fail_on_problems"]:
-        module.fail_json(msg="GPU node validation failed: " + "; ".join(problems), strategy=strategy, nodes=results, problems=problems)
-    module.exit_json(changed=False, strategy=strategy, nodes=results, problems=problems)
+        module.fail_json(msg="GPU node validation failed: " + "; ".join(problems), **outcome)
+    module.exit_json(changed=False, **outcome)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: gpu_validation_table
+short_description: Per-node table of GPU validation results
+version_added: 0.1.0
+description:
+  - Combines the result of M(gpufleet.gpu_operator.gpu_node_validate) and, optionally,
+    M(gpufleet.gpu_operator.gpu_smoke_test) into text lines, one row per node, then one line per failure.
+positional: smoke
+options:
+  _input:
+    description: The registered result of M(gpufleet.gpu_operator.gpu_node_validate).
+    type: dict
+    required: true
+  smoke:
+    description: The registered result of M(gpufleet.gpu_operator.gpu_smoke_test) (may be skipped or empty).
+    type: dict
+"""
+
+EXAMPLES = r"""
+- name: Print the table
+  ansible.builtin.debug:
+    msg: "{{ gpu_validate_checks | gpufleet.gpu_operator.gpu_validation_table(gpu_validate_smoke) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: Lines of the table.
+  type: list
+  elements: str
+"""
+
+
+def _resources(summary):
+    allocatable = (summary or {}).get("allocatable") or {}
+    return " ".join("%s=%s" % (name.replace("nvidia.com/", ""), count) for name, count in sorted(allocatable.items()) if count) or "-"
+
+
+def validation_rows(checks, smoke=None):
+    """[{node, model, resources, checks, smoke, result, failures}] sorted by node."""
+    smoke_by_node = {}
+    for result in (smoke or {}).get("results") or []:
+        smoke_by_node.setdefault(result["node"], []).append(result)
+    rows = []
+    for node, entry in sorted(((checks or {}).get("nodes") or {}).items()):
+        failures = list(entry.get("problems") or [])
+        smoke_results = smoke_by_node.get(node, [])
+        ran = [r for r in smoke_results if r.get("ok") is not None]
+        passed = [r for r in ran if r["ok"]]
+        failures.extend("smoke %s: %s" % (r["resource"], r["problem"]) for r in ran if not r["ok"])
+        rows.append({
+            "node": node,
+            "model": entry.get("product") or "-",
+            "resources": _resources(entry.get("summary")),
+            "checks": "ok" if not entry.get("problems") else "%d problem(s)" % len(entry["problems"]),
+            "smoke": ("%d/%d ok" % (len(passed), len(ran))) if ran else ("not run" if not smoke_results else "check mode"),
+            "result": "PASS" if not failures else "FAIL",
+            "failures": failures,
+        })
+    return rows
+
+
+def gpu_validation_table(checks, smoke=None):
+    rows = validation_rows(checks, smoke)
+    columns = ("node", "model", "resources", "checks", "smoke", "result")
+    widths = dict((c, max([len(c)] + [len(str(r[c])) for r in rows])) for c in columns)
+    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
+    for row in rows:
+        lines.append("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip())
+    for row in rows:
+        for failure in row["failures"]:
+            lines.append("%s: %s" % (row["node"], failure))
+    return lines
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"gpu_validation_table": gpu_validation_table}
