@@ -232,6 +232,8 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     require_kubernetes(module)
     params = module.params
+    if not (params["config"] or "").strip():
+        module.fail_json(msg="config is empty: name the MIG config to roll out (e.g. all-balanced)")
     nodes = [n for n in params["nodes"] if n]
     if not nodes:
         module.fail_json(msg="nodes is empty: no GPU node to plan (check the play's hosts or --limit)")
