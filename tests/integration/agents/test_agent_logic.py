@@ -175,7 +175,8 @@ def test_mixed_strategy_labels_and_resources():
     assert labels["nvidia.com/mig-1g.18gb.count"] == "2"
     assert labels["nvidia.com/mig-1g.18gb.product"] == "NVIDIA-H200-MIG-1g.18gb"
     assert labels["nvidia.com/mig-3g.71gb.memory"] == "71424"
-    assert labels["nvidia.com/mig-1g.18gb+me.count"] == "1"
+    assert labels["nvidia.com/mig-1g.18gb.me.count"] == "1"
+    assert labels["nvidia.com/mig-1g.18gb.me.product"] == "NVIDIA-H200-MIG-1g.18gb.me"
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H200" and labels["nvidia.com/gpu.replicas"] == "1"
     resources, error = operands.device_plugin_resources(host, "mixed")
     assert error is None

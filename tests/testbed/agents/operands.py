@@ -52,7 +52,7 @@ def _full_gpu_labels(name, count, memory_mb, compute, replicas):
 def _mig_labels(prefix, model, device, count):
     gi = device.gi_profile
     return {
-        prefix + ".product": product(model, "MIG", device.profile),
+        prefix + ".product": product(model, "MIG", device.profile.replace("+", ".")),
         prefix + ".count": str(count),
         prefix + ".replicas": "1",
         prefix + ".sharing-strategy": "none",
@@ -130,7 +130,8 @@ def gfd_labels(host, strategy):
     for device in migs:
         by_profile.setdefault(device.profile, []).append(device)
     for profile, devices in by_profile.items():
-        labels.update(_mig_labels("nvidia.com/mig-" + profile, model[devices[0].gpu], devices[0], len(devices)))
+        # '+' is not allowed in label keys or values: named like the resource (+ -> ., §6.3)
+        labels.update(_mig_labels(mig_resource_name(profile), model[devices[0].gpu], devices[0], len(devices)))
     return labels
 
 

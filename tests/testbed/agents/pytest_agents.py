@@ -1,1 +1,201 @@
-"""Fixtures for the simulated GPU Operator node agents (see docs/DEVELOPING.md)."""
+"""Fixtures for the simulated GPU Operator node agents (see docs/DEVELOPING.md).
+
+``gpu_agents`` (session): the agents process running against the ``testbed`` cluster, without the
+chart (for tests that install it themselves, e.g. through the gpu_operator role).
+``gpu_cluster`` (session): ``gpu_agents`` plus the stand-in chart installed with helm as release
+``gpu-operator`` in namespace ``gpu-operator`` (values: GPU_CLUSTER_VALUES).
+``add_gpu_node`` (function): factory ``add_gpu_node(hint, model, count, labels=None, faults=None,
+sim_faults=None)`` -> node name; uniquely named simulated GPU nodes, deleted after the test.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.testbed.agents.agent import FAULT_ANNOTATION, FAULTS, STATE_ANNOTATION
+from tests.testbed.gpusim import hoststate
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CHART_DIR = REPO_ROOT / "tests" / "testbed" / "chart" / "gpu-operator"
+GPUSIM_BUILD = REPO_ROOT / "tests" / "testbed" / "gpusim" / "build.sh"
+NAMESPACE = "gpu-operator"
+RELEASE = "gpu-operator"
+GPU_CLUSTER_VALUES = {"mig": {"strategy": "mixed"}, "driver": {"enabled": False}, "toolkit": {"enabled": False}}
+# Short simulated durations so protocol tests stay quick; real ones are minutes.
+TEST_TIMING = ["--reboot-seconds", "2", "--slow-seconds", "4", "--pod-wait-seconds", "60", "--rescan-seconds", "1"]
+
+
+def nvml_lib_dir():
+    """Directory of the simulated libnvidia-ml.so.1 (built and cached by gpusim/build.sh)."""
+    if os.environ.get("GPUFLEET_SIM_NVML_LIB_DIR"):
+        return Path(os.environ["GPUFLEET_SIM_NVML_LIB_DIR"])
+    proc = subprocess.run([str(GPUSIM_BUILD)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError("gpusim build failed:\n%s%s" % (proc.stdout, proc.stderr))
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+class GpuAgents:
+    """The running agents process and helpers to make and inspect simulated GPU nodes."""
+
+    __test__ = False
+
+    def __init__(self, testbed, hosts_dir, namespace=NAMESPACE):
+        self.testbed = testbed
+        self.hosts_dir = Path(hosts_dir)
+        self.namespace = namespace
+        self.proc = None
+        self.log_file = self.hosts_dir / "agents.log"
+
+    # -- process ---------------------------------------------------------------------------
+    def start(self, extra_args=()):
+        self.hosts_dir.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "tests.testbed.agents", "run", "--kubeconfig", self.testbed.kubeconfig,
+                "--hosts-dir", str(self.hosts_dir), "--namespace", self.namespace,
+                "--nvml-lib-dir", str(nvml_lib_dir()), *TEST_TIMING, *extra_args]
+        log = open(self.log_file, "ab")  # pylint: disable=consider-using-with  # the child writes it
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT))
+        time.sleep(0.5)
+        if self.proc.poll() is not None:
+            raise RuntimeError("agents process exited (rc %s):\n%s" % (self.proc.returncode, self.log_tail()))
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def log_tail(self, lines=40):
+        try:
+            return "\n".join(self.log_file.read_text().splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # -- nodes -----------------------------------------------------------------------------
+    def state_path(self, node):
+        return self.hosts_dir / ("%s.state" % node)
+
+    def add_gpu_node(self, name, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False):
+        """Create the simulated host state and the kwok Node `name`; returns the name.
+
+        faults: agent faults (FAULTS) set as node annotation; sim_faults: simulated-NVML faults
+        (hoststate.FAULTS, e.g. reset_unsupported) written into the host state.
+        """
+        unknown = set(faults or ()) - set(FAULTS)
+        if unknown:
+            raise ValueError("unknown agent fault(s) %s; known: %s" % (sorted(unknown), ", ".join(FAULTS)))
+        state = self.state_path(name)
+        hoststate.create_host(state, model, count, faults=sim_faults, mig_enabled=mig_enabled)
+        annotations = {STATE_ANNOTATION: str(state)}
+        if faults:
+            annotations[FAULT_ANNOTATION] = ",".join(faults)
+        self.testbed.create_node(name, labels=labels, annotations=annotations)
+        return name
+
+    def remove_gpu_node(self, name):
+        self.testbed.delete_node(name)
+        for suffix in (".state", ".state.lock", ".mig-manager.log", ".device-plugin.log"):
+            (self.hosts_dir / (name + suffix)).unlink(missing_ok=True)
+
+    def set_faults(self, name, faults):
+        value = ",".join(faults) if faults else None
+        self.testbed.core.patch_node(name, {"metadata": {"annotations": {FAULT_ANNOTATION: value}}})
+
+    def labels(self, name):
+        return dict(self.testbed.core.read_node(name).metadata.labels or {})
+
+    def allocatable(self, name):
+        return dict(self.testbed.core.read_node(name).status.allocatable or {})
+
+    def capacity(self, name):
+        return dict(self.testbed.core.read_node(name).status.capacity or {})
+
+    def label(self, name, key, value):
+        self.testbed.core.patch_node(name, {"metadata": {"labels": {key: value}}})
+
+    def mig_manager_log(self, name):
+        path = self.hosts_dir / ("%s.mig-manager.log" % name)
+        return path.read_text() if path.exists() else ""
+
+    def wait_labels(self, name, expected, timeout=60):
+        """Wait until every key of `expected` has that value (None: absent); returns the labels."""
+        def check():
+            labels = self.labels(name)
+            return labels if all(labels.get(k) == v for k, v in expected.items()) else None
+        try:
+            return self.testbed.wait_for(check, timeout, "labels %s on node %s" % (expected, name))
+        except AssertionError as err:
+            raise AssertionError("%s\nlabels now: %s\nmig-manager log:\n%s\nagents log:\n%s" % (
+                err, json.dumps(self.labels(name), indent=1, sort_keys=True), self.mig_manager_log(name),
+                self.log_tail(20))) from None
+
+    def wait_state(self, name, state, timeout=60):
+        return self.wait_labels(name, {"nvidia.com/mig.config.state": state}, timeout)
+
+    def operand_pods(self, name):
+        pods = self.testbed.core.list_namespaced_pod(self.namespace, field_selector="spec.nodeName=%s" % name).items
+        return sorted(p.metadata.labels.get("app", "") for p in pods if not p.metadata.deletion_timestamp)
+
+    # -- ClusterPolicy ---------------------------------------------------------------------
+    def policy(self):
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.testbed.api_client()).get_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+
+    def patch_policy(self, spec):
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.testbed.api_client()).patch_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy", {"spec": spec})
+
+    # -- chart -----------------------------------------------------------------------------
+    def install_chart(self, values=None, timeout=180):
+        args = ["upgrade", "--install", RELEASE, str(CHART_DIR), "--namespace", self.namespace,
+                "--create-namespace", "--wait", "--timeout", "%ds" % timeout, "--values", "-"]
+        self.testbed.helm(*args, input=json.dumps(values or {}), timeout=timeout + 30)
+
+
+@pytest.fixture(scope="session")
+def gpu_agents(testbed, tmp_path_factory):
+    """The agents process for this session (chart not installed); stopped at the end."""
+    agents = GpuAgents(testbed, tmp_path_factory.mktemp("gpu-hosts"))
+    agents.start()
+    try:
+        yield agents
+    finally:
+        agents.stop()
+
+
+@pytest.fixture(scope="session")
+def gpu_cluster(gpu_agents):
+    """gpu_agents plus the stand-in gpu-operator chart (GPU_CLUSTER_VALUES: mixed strategy)."""
+    gpu_agents.install_chart(GPU_CLUSTER_VALUES)
+    return gpu_agents
+
+
+@pytest.fixture
+def add_gpu_node(gpu_agents, request):
+    """Factory for uniquely named simulated GPU nodes (name hint -> node name), removed after the test."""
+    from tests.testbed.pytest_cluster import unique_name
+
+    created = []
+
+    def make(hint, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False):
+        name = unique_name(hint or request.node.name[:30])
+        created.append(name)
+        return gpu_agents.add_gpu_node(name, model, count, labels=labels, faults=faults, sim_faults=sim_faults,
+                                       mig_enabled=mig_enabled)
+
+    yield make
+    for name in created:
+        gpu_agents.remove_gpu_node(name)

@@ -1,0 +1,333 @@
+"""Protocol tests of the simulated GPU Operator stack on the testbed (real apiserver, kwok nodes).
+
+Each test makes its own simulated GPU nodes (unique names) on the session's `gpu_cluster`: the
+stand-in chart installed with mig.strategy=mixed and the agents process running. What is checked
+is what a real cluster shows: node labels and their order of change, node capacity/allocatable,
+operand pods, ClusterPolicy status, and the simulated hardware (hoststate.summary, which reads the
+same state file the simulated NVML serves).
+"""
+
+import contextlib
+import threading
+import time
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from tests.testbed.gpusim import hoststate
+
+STATE = "nvidia.com/mig.config.state"
+CONFIG = "nvidia.com/mig.config"
+DP = "nvidia.com/gpu.deploy.device-plugin"
+PAUSABLE = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
+OPERANDS = ["gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-device-plugin-daemonset",
+            "nvidia-mig-manager", "nvidia-operator-validator"]
+
+
+@contextlib.contextmanager
+def label_history(testbed, node):
+    """Record every (mig.config.state, gpu.deploy.device-plugin) value pair the node goes through."""
+    seen = []
+    stop = threading.Event()
+    core = client.CoreV1Api(testbed.api_client())
+
+    def run():
+        w = watch.Watch()
+        for event in w.stream(core.list_node, field_selector="metadata.name=%s" % node, timeout_seconds=300):
+            labels = event["object"].metadata.labels or {}
+            pair = (labels.get(STATE), labels.get(DP))
+            if not seen or seen[-1] != pair:
+                seen.append(pair)
+            if stop.is_set():
+                w.stop()
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    try:
+        yield seen
+    finally:
+        stop.set()
+        core.patch_node(node, {"metadata": {"annotations": {"gpufleet.test/poke": str(time.time())}}})
+        thread.join(10)
+
+
+def gpu_instances(agents, node, gpu=0):
+    return sorted(gi["profile"] for gi in hoststate.summary(agents.state_path(node))["gpus"][gpu]["gpu_instances"])
+
+
+def mig_modes(agents, node):
+    return [(g["mig_mode"]["current"], g["mig_mode"]["pending"]) for g in hoststate.summary(agents.state_path(node))["gpus"]]
+
+
+def pod_uids(testbed, node, app):
+    pods = testbed.core.list_namespaced_pod("gpu-operator", label_selector="app=%s" % app,
+                                            field_selector="spec.nodeName=%s" % node).items
+    return {p.metadata.uid for p in pods if not p.metadata.deletion_timestamp}
+
+
+def ready_node(gpu_cluster, add_gpu_node, hint, model="H200", count=2, **kwargs):
+    """A simulated node that finished the startup protocol: default config applied, operands running."""
+    name = add_gpu_node(hint, model, count, **kwargs)
+    gpu_cluster.wait_labels(name, {CONFIG: "all-disabled", STATE: "success"}, timeout=90)
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 60,
+                                 "operand pods on %s" % name)
+    return name
+
+
+@pytest.fixture
+def strategy(gpu_cluster):
+    """Set the ClusterPolicy's mig.strategy for one test; mixed (the session's value) is restored."""
+    def set_strategy(value):
+        gpu_cluster.patch_policy({"mig": {"strategy": value}})
+    yield set_strategy
+    set_strategy("mixed")
+
+
+@pytest.fixture
+def with_reboot(gpu_cluster):
+    gpu_cluster.patch_policy({"migManager": {"env": [{"name": "WITH_REBOOT", "value": "true"}]}})
+    yield
+    gpu_cluster.patch_policy({"migManager": {"env": []}})
+
+
+# -- chart ------------------------------------------------------------------------------------
+
+def test_chart_installs_crd_policy_and_operands(gpu_cluster):
+    testbed = gpu_cluster.testbed
+    crd = client.ApiextensionsV1Api(testbed.api_client()).read_custom_resource_definition("clusterpolicies.nvidia.com")
+    assert crd.spec.scope == "Cluster"
+    assert [c.name for c in crd.spec.versions[0].additional_printer_columns] == ["Status", "Age"]
+    policy = gpu_cluster.policy()
+    assert policy["spec"]["mig"]["strategy"] == "mixed"
+    assert policy["spec"]["migManager"]["config"] == {"default": "all-disabled", "name": ""}
+    names = sorted(d.metadata.name for d in client.AppsV1Api(testbed.api_client()).list_namespaced_daemon_set("gpu-operator").items)
+    # driver and toolkit are disabled in the session's values, so their DaemonSets must not exist
+    assert names == ["gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-device-plugin-daemonset",
+                     "nvidia-mig-manager", "nvidia-operator-validator"]
+    static = testbed.core.read_namespaced_config_map("default-mig-parted-config", "gpu-operator")
+    assert "all-balanced:" in static.data["config-default.yaml"]
+    with pytest.raises(ApiException) as err:  # status.state is an enum in the CRD
+        client.CustomObjectsApi(testbed.api_client()).patch_cluster_custom_object_status(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy", {"status": {"state": "bogus"}})
+    assert err.value.status == 422
+
+
+# -- operator labelling, GFD, device plugin ----------------------------------------------------
+
+def test_new_node_gets_operator_labels_gfd_labels_and_gpus(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "labels", "H200", 2)
+    labels = gpu_cluster.labels(name)
+    for key in ("gpu.present", "gpu.deploy.device-plugin", "gpu.deploy.gpu-feature-discovery",
+                "gpu.deploy.dcgm-exporter", "gpu.deploy.operator-validator", "gpu.deploy.mig-manager", "mig.capable"):
+        assert labels["nvidia.com/" + key] == "true", key
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H200"
+    assert labels["nvidia.com/gpu.count"] == "2"
+    assert labels["nvidia.com/gpu.memory"] == "143771"
+    assert labels["nvidia.com/gpu.family"] == "hopper"
+    assert labels["nvidia.com/mig.strategy"] == "mixed"
+    assert labels["nvidia.com/cuda.driver-version.full"] == hoststate.DEFAULT_DRIVER
+    assert gpu_cluster.allocatable(name)["nvidia.com/gpu"] == "2"
+    assert gpu_cluster.capacity(name)["nvidia.com/gpu"] == "2"
+    # MIG Manager ran once at start-up: config already applied, nothing paused
+    assert "MIG configuration already applied" in gpu_cluster.mig_manager_log(name)
+    generated = gpu_cluster.testbed.core.read_namespaced_config_map("%s-mig-config" % name, "gpu-operator")
+    assert generated.data["config.yaml"].startswith("# DO NOT EDIT: Auto-generated MIG configuration from GPU hardware.")
+    assert generated.metadata.owner_references[0].kind == "Pod"
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.policy().get("status", {}).get("state") == "ready", 60,
+                                 "ClusterPolicy ready")
+
+
+def test_existing_deploy_label_values_are_honoured(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "honour", labels={"nvidia.com/gpu.deploy.dcgm-exporter": "false"})
+    assert gpu_cluster.labels(name)["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
+    assert "nvidia-dcgm-exporter" not in gpu_cluster.operand_pods(name)
+
+
+# -- MIG Manager: success paths ---------------------------------------------------------------
+
+def test_mixed_all_balanced_full_sequence(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "balanced", "H200", 2)
+    validator = pod_uids(gpu_cluster.testbed, name, "nvidia-operator-validator")
+    with label_history(gpu_cluster.testbed, name) as seen:
+        gpu_cluster.label(name, CONFIG, "all-balanced")
+        labels = gpu_cluster.wait_labels(name, {STATE: "success", DP: "true",
+                                                "nvidia.com/mig-1g.18gb.count": "4"}, timeout=90)
+    # pending, then operands paused, then restored with success (MP reconfigure.go order)
+    assert ("pending", "true") in seen and ("pending", "paused-for-mig-change") in seen, seen
+    assert seen.index(("pending", "paused-for-mig-change")) < seen.index(("success", "paused-for-mig-change")) \
+        < seen.index(("success", "true")), seen
+    assert labels["nvidia.com/mig-2g.35gb.count"] == "2" and labels["nvidia.com/mig-3g.71gb.count"] == "2"
+    assert labels["nvidia.com/mig-1g.18gb.product"] == "NVIDIA-H200-MIG-1g.18gb"
+    assert gpu_instances(gpu_cluster, name, 0) == ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
+    assert mig_modes(gpu_cluster, name) == [(1, 1), (1, 1)]
+    alloc = gpu_cluster.testbed.wait_for(
+        lambda: (lambda a: a if a.get("nvidia.com/mig-1g.18gb") == "4" else None)(gpu_cluster.allocatable(name)),
+        30, "MIG resources advertised")
+    assert alloc["nvidia.com/mig-2g.35gb"] == "2" and alloc["nvidia.com/mig-3g.71gb"] == "2"
+    assert alloc["nvidia.com/gpu"] == "0"  # no full GPU left: kubelet keeps the resource at 0
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 60, "operands back")
+    assert pod_uids(gpu_cluster.testbed, name, "nvidia-operator-validator").isdisjoint(validator)
+
+
+def test_a100_order_dependent_layout_is_found(gpu_cluster, add_gpu_node):
+    """mig-parted tries creation orders until one fits (A100: 3g.20gb must come first)."""
+    name = ready_node(gpu_cluster, add_gpu_node, "a100", "A100-SXM4-40GB", 1)
+    gpu_cluster.label(name, CONFIG, "all-balanced")
+    gpu_cluster.wait_labels(name, {STATE: "success", "nvidia.com/mig-3g.20gb.count": "1",
+                                   "nvidia.com/mig-1g.5gb.count": "2"}, timeout=90)
+    assert gpu_instances(gpu_cluster, name) == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
+
+
+def test_already_applied_succeeds_without_pausing(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "applied")
+    gpu_cluster.label(name, CONFIG, "all-1g.18gb")
+    gpu_cluster.wait_labels(name, {STATE: "success", "nvidia.com/mig-1g.18gb.count": "14"}, timeout=90)
+    plugin = pod_uids(gpu_cluster.testbed, name, "nvidia-device-plugin-daemonset")
+    assert plugin
+    gpu_cluster.label(name, STATE, "unknown")  # mark, so the next success is visibly new
+    with label_history(gpu_cluster.testbed, name) as seen:
+        for pod in gpu_cluster.testbed.core.list_namespaced_pod(
+                "gpu-operator", label_selector="app=nvidia-mig-manager", field_selector="spec.nodeName=%s" % name).items:
+            gpu_cluster.testbed.core.delete_namespaced_pod(pod.metadata.name, "gpu-operator")
+        gpu_cluster.wait_state(name, "success", timeout=60)
+    assert all(dp == "true" for _, dp in seen), seen  # operands never paused
+    assert pod_uids(gpu_cluster.testbed, name, "nvidia-device-plugin-daemonset") == plugin
+
+
+def test_no_action_without_label_change(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "nochange")
+    gpu_cluster.label(name, CONFIG, "no-such-config")
+    gpu_cluster.wait_state(name, "failed")
+    gpu_cluster.label(name, CONFIG, "no-such-config")  # same value: no new run
+    gpu_cluster.label(name, "gpufleet.test/other", "x")
+    time.sleep(3)
+    assert gpu_cluster.mig_manager_log(name).count("Updating to MIG config: no-such-config") == 1
+
+
+def test_single_strategy_uniform_and_invalid(gpu_cluster, add_gpu_node, strategy):
+    strategy("single")
+    name = ready_node(gpu_cluster, add_gpu_node, "single", "H200", 2)
+    gpu_cluster.label(name, CONFIG, "all-1g.18gb")
+    labels = gpu_cluster.wait_labels(name, {STATE: "success", "nvidia.com/gpu.product": "NVIDIA-H200-MIG-1g.18gb"},
+                                     timeout=90)
+    assert labels["nvidia.com/gpu.count"] == "14" and labels["nvidia.com/mig.strategy"] == "single"
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "14", 30, "14 GPUs")
+    gpu_cluster.label(name, CONFIG, "all-balanced")  # two profiles: invalid under single
+    labels = gpu_cluster.wait_labels(name, {STATE: "success", "nvidia.com/gpu.product": "NVIDIA-H200-MIG-INVALID"},
+                                     timeout=90)
+    assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.replicas"]) == ("0", "0")
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "0", 30,
+                                 "nothing advertised")
+    assert not any(k.startswith("nvidia.com/mig-") for k in gpu_cluster.allocatable(name))
+
+
+# -- MIG Manager: failures ------------------------------------------------------------------
+
+def test_unknown_config_fails_before_touching_anything(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "unknown")
+    with label_history(gpu_cluster.testbed, name) as seen:
+        gpu_cluster.label(name, CONFIG, "all-1g.10gb")  # an H100 profile; not generated for an H200
+        gpu_cluster.wait_state(name, "failed")
+    assert all(state != "pending" and dp == "true" for state, dp in seen), seen
+    assert "selected mig-config not present: all-1g.10gb" in gpu_cluster.mig_manager_log(name)
+    assert mig_modes(gpu_cluster, name) == [(0, 0), (0, 0)]
+
+
+def test_gpu_pod_on_node_fails_and_restores(gpu_cluster, add_gpu_node, testbed_namespace):
+    name = ready_node(gpu_cluster, add_gpu_node, "held-pod")
+    pod = client.V1Pod(metadata=client.V1ObjectMeta(name="cuda-job"), spec=client.V1PodSpec(
+        node_name=name, containers=[client.V1Container(name="c", image="cuda", resources=client.V1ResourceRequirements(
+            limits={"nvidia.com/gpu": "1"}))]))
+    gpu_cluster.testbed.core.create_namespaced_pod(testbed_namespace, pod)
+    gpu_cluster.label(name, CONFIG, "all-1g.18gb")
+    labels = gpu_cluster.wait_labels(name, {STATE: "failed", DP: "true"}, timeout=90)
+    assert all(labels["nvidia.com/gpu.deploy." + k] == "true" for k in PAUSABLE)
+    assert "in use by pods: %s/cuda-job" % testbed_namespace in gpu_cluster.mig_manager_log(name)
+    assert mig_modes(gpu_cluster, name) == [(0, 0), (0, 0)]
+
+
+def test_gpu_process_holding_gpu_fails(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "held-proc")
+    hoststate.add_process(gpu_cluster.state_path(name), 1, pid=4242, used_mb=1024)
+    gpu_cluster.label(name, CONFIG, "all-1g.18gb")
+    gpu_cluster.wait_labels(name, {STATE: "failed", DP: "true"}, timeout=90)
+    assert "GPU 1: In use by another client" in gpu_cluster.mig_manager_log(name)
+
+
+@pytest.mark.parametrize("fault,message", [("fail", "simulated failure"), ("gpu-held", "In use by another client")])
+def test_fault_fails_after_pause_and_restores(gpu_cluster, add_gpu_node, fault, message):
+    name = ready_node(gpu_cluster, add_gpu_node, fault, faults=[fault])
+    with label_history(gpu_cluster.testbed, name) as seen:
+        gpu_cluster.label(name, CONFIG, "all-balanced")
+        gpu_cluster.wait_labels(name, {STATE: "failed", DP: "true"}, timeout=90)
+    assert ("pending", "paused-for-mig-change") in seen, seen
+    assert message in gpu_cluster.mig_manager_log(name)
+
+
+def test_wedge_pending_leaves_operands_paused(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "wedge", faults=["wedge-pending"])
+    gpu_cluster.label(name, CONFIG, "all-balanced")
+    gpu_cluster.wait_labels(name, {STATE: "pending", DP: "paused-for-mig-change"})
+    time.sleep(3)
+    assert gpu_cluster.labels(name)[STATE] == "pending"
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == ["nvidia-mig-manager",
+                                                                            "nvidia-operator-validator"],
+                                 60, "paused operand pods gone")
+    # un-wedge as users do: fault cleared, label toggled away and back
+    gpu_cluster.set_faults(name, [])
+    gpu_cluster.label(name, CONFIG, "all-disabled")
+    gpu_cluster.wait_labels(name, {STATE: "success", DP: "true"}, timeout=90)
+    gpu_cluster.label(name, CONFIG, "all-balanced")
+    gpu_cluster.wait_labels(name, {STATE: "success", "nvidia.com/mig-3g.71gb.count": "2"}, timeout=90)
+
+
+def test_slow_apply_shows_the_pause_protocol(gpu_cluster, add_gpu_node):
+    """Operand DaemonSet pods leave the node while paused and come back afterwards."""
+    name = ready_node(gpu_cluster, add_gpu_node, "slow", faults=["slow"])
+    gpu_cluster.label(name, CONFIG, "all-3g.71gb")
+    gpu_cluster.wait_labels(name, {STATE: "pending", DP: "paused-for-mig-change"})
+    paused = gpu_cluster.testbed.wait_for(
+        lambda: (lambda p: p if "nvidia-device-plugin-daemonset" not in p else None)(gpu_cluster.operand_pods(name)),
+        30, "device plugin pod gone")
+    assert paused == ["nvidia-mig-manager", "nvidia-operator-validator"]
+    assert gpu_cluster.allocatable(name)["nvidia.com/gpu"] == "0"  # plugin gone: nothing allocatable
+    gpu_cluster.wait_labels(name, {STATE: "success", DP: "true"}, timeout=60)
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 60, "operands back")
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/mig-3g.71gb") == "4", 30,
+                                 "3g.71gb advertised")
+
+
+# -- mode change needing a reset or a reboot ---------------------------------------------------
+
+def test_reset_unsupported_without_with_reboot_fails(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "noreset", "A100-SXM4-40GB", 1, faults=["reset-unsupported"])
+    gpu_cluster.label(name, CONFIG, "all-1g.5gb")
+    gpu_cluster.wait_labels(name, {STATE: "failed", DP: "true"}, timeout=90)
+    assert "WITH_REBOOT is not set" in gpu_cluster.mig_manager_log(name)
+
+
+def test_with_reboot_reboots_and_finishes(gpu_cluster, add_gpu_node, with_reboot):
+    name = ready_node(gpu_cluster, add_gpu_node, "reboot", "A100-SXM4-40GB", 1, sim_faults=["reset_unsupported"])
+    boots = hoststate.summary(gpu_cluster.state_path(name))["boot"]
+    ready_seen = []
+    with label_history(gpu_cluster.testbed, name) as seen:
+        gpu_cluster.label(name, CONFIG, "all-1g.5gb")
+        gpu_cluster.wait_state(name, "rebooting", timeout=60)
+
+        def not_ready():
+            node = gpu_cluster.testbed.core.read_node(name)
+            status = {c.type: c.status for c in node.status.conditions or []}.get("Ready")
+            ready_seen.append(status)
+            return status == "False"
+        gpu_cluster.testbed.wait_for(not_ready, 30, "node NotReady during the reboot")
+        gpu_cluster.wait_labels(name, {STATE: "success", DP: "true", "nvidia.com/mig-1g.5gb.count": "7"}, timeout=90)
+    states = [s for s, _ in seen]
+    assert states.index("rebooting") < len(states) - 1 - states[::-1].index("success"), seen
+    assert hoststate.summary(gpu_cluster.state_path(name))["boot"] == boots + 1
+    assert mig_modes(gpu_cluster, name) == [(1, 1)]
+    gpu_cluster.testbed.wait_for(
+        lambda: {c.type: c.status for c in gpu_cluster.testbed.core.read_node(name).status.conditions}["Ready"] == "True",
+        30, "node Ready again")
