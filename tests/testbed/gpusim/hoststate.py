@@ -1,3 +1,6 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
 """State of one simulated GPU host: the file the simulated libnvidia-ml.so.1 serves.
 
 The only way tests, the CLI and the node agents touch simulated hardware besides NVML itself.
@@ -9,6 +12,10 @@ one record per line, ``<kind> key=value key=value ...``; values are percent-enco
 Writers hold an exclusive flock on ``<state>.lock`` and replace the file atomically;
 readers hold a shared one.
 """
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 import contextlib
 import fcntl

@@ -884,9 +884,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t d, unsigned
 }
 static nvmlReturn_t fill_gip_v(gip_t *p, void *out) {
     unsigned version = *(unsigned *)out;
-    /* v2 is the layout pynvml passes; it leaves version 0, which the R580 driver accepted (ref h200 reading). */
     if (version == 0 || version == nvmlGpuInstanceProfileInfo_v2) {
         nvmlGpuInstanceProfileInfo_v2_t *i = out;
+        /* pynvml passes v2 and the R580 driver hands the struct back with version 0 (ref h200-nvml-reading.json). */
+        i->version = 0;
         i->id = (unsigned)p->id; i->isP2pSupported = (unsigned)p->p2p; i->sliceCount = (unsigned)p->slices;
         i->instanceCount = (unsigned)p->instances; i->multiprocessorCount = (unsigned)p->sms;
         i->copyEngineCount = (unsigned)p->ce; i->decoderCount = (unsigned)p->dec; i->encoderCount = (unsigned)p->enc;
