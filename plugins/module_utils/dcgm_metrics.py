@@ -1,0 +1,114 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Per-MIG-instance activity and memory from Prometheus (HTTP API) or straight from dcgm-exporter endpoints.
+
+Metric and label names are dcgm-exporter's (reference nvidia-gpu-operator-and-mig.md §8): series carry
+``gpu``, ``modelName``, ``GPU_I_ID``/``GPU_I_PROFILE`` (MIG only), the host name and, when pod mapping is on,
+``pod``/``namespace``. Samples come back as flat dicts for report.build_report.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+
+from ansible.module_utils.six.moves.urllib.parse import urlencode
+from ansible.module_utils.urls import open_url
+
+METRICS = ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_FB_USED")
+# The exporter names the node in `Hostname` (older docs: `hostname`); Prometheus relabelling often adds `node`.
+HOST_LABELS = ("Hostname", "hostname", "node", "kubernetes_node")
+# Activity averaged over the window; memory as its peak, which is what a slice must hold.
+WINDOW_FUNCTION = {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": "avg_over_time", "DCGM_FI_DEV_FB_USED": "max_over_time"}
+
+
+class MetricsError(Exception):
+    """The metrics source answered badly or not at all (message names the URL)."""
+
+
+def _int_or_none(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def sample_from_labels(metric, labels, value):
+    """A flat sample, or None when the series names no node or GPU."""
+    node = next((labels[k] for k in HOST_LABELS if labels.get(k)), None)
+    gpu = _int_or_none(labels.get("gpu"))
+    if node is None or gpu is None:
+        return None
+    pod = labels.get("pod")
+    if pod and labels.get("namespace"):
+        pod = "%s/%s" % (labels["namespace"], pod)
+    return {"node": node, "gpu": gpu, "gi_id": _int_or_none(labels.get("GPU_I_ID")),
+            "profile": labels.get("GPU_I_PROFILE") or None, "model": labels.get("modelName"),
+            "metric": metric, "value": float(value), "pod": pod or None}
+
+
+def query_prometheus(base_url, window_s, timeout=10, validate_certs=True):
+    """Samples of every MIG-relevant metric over the window, through /api/v1/query."""
+    samples = []
+    for metric in METRICS:
+        query = "%s(%s[%ds])" % (WINDOW_FUNCTION[metric], metric, int(window_s))
+        url = "%s/api/v1/query?%s" % (base_url.rstrip("/"), urlencode({"query": query}))
+        try:
+            response = open_url(url, timeout=timeout, validate_certs=validate_certs)
+            body = json.loads(response.read())
+        except Exception as exc:  # URLError, HTTPError, socket errors, bad JSON: all mean "no data from here"
+            raise MetricsError("Prometheus query %s failed: %s" % (url, exc))
+        if body.get("status") != "success":
+            raise MetricsError("Prometheus query %s: %s" % (url, body.get("error") or body.get("status")))
+        for series in body["data"]["result"]:
+            sample = sample_from_labels(metric, series["metric"], series["value"][1])
+            if sample:
+                samples.append(sample)
+    return samples
+
+
+_LINE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\d+)?$')
+_LABEL = re.compile(r'(?P<key>[A-Za-z_][A-Za-z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
+
+
+def parse_exposition(text):
+    """(metric, labels, value) from the Prometheus text format (comments and other metrics skipped)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _LINE.match(line)
+        if not match or match.group("name") not in METRICS:
+            continue
+        labels = dict((m.group("key"), m.group("value").replace('\\"', '"').replace("\\\\", "\\"))
+                      for m in _LABEL.finditer(match.group("labels") or ""))
+        yield match.group("name"), labels, match.group("value")
+
+
+def scrape_endpoints(endpoints, timeout=10):
+    """Samples read now from dcgm-exporter endpoints ([{url, node?}]); ``node`` fills in a missing host label."""
+    samples = []
+    for endpoint in endpoints:
+        try:
+            text = open_url(endpoint["url"], timeout=timeout).read().decode("utf-8")
+        except Exception as exc:
+            raise MetricsError("dcgm-exporter endpoint %s (node %s) failed: %s"
+                               % (endpoint["url"], endpoint.get("node") or "?", exc))
+        for metric, labels, value in parse_exposition(text):
+            if endpoint.get("node") and not any(labels.get(k) for k in HOST_LABELS):
+                labels["Hostname"] = endpoint["node"]
+            sample = sample_from_labels(metric, labels, value)
+            if sample:
+                samples.append(sample)
+    return samples
+
+
+def pivot(samples):
+    """One sample per (node, gpu, gi_id, metric) is what build_report expects; keep the last seen."""
+    seen = {}
+    for sample in samples:
+        seen[(sample["node"], sample["gpu"], sample["gi_id"], sample["metric"])] = sample
+    return list(seen.values())

@@ -1,0 +1,585 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The fleet report: per node, GPU and MIG slice facts, findings, totals and a suggested layout.
+
+Pure functions over what the API server and the metrics source returned (no I/O here): the
+``gpu_cluster_facts`` module gathers, this builds; the renderers turn the result into a table and a page.
+Facts: MIG Manager labels (reference nvidia-gpu-operator-and-mig.md §3.5), GFD labels and device-plugin
+resources (§6), dcgm-exporter metrics and labels (§8), what users need from a report (user-pain.md §3.3, §4).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import collections
+import datetime
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import cluster_facts
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog, placement, plan, profiles
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError, ProfileNameError
+
+SCHEMA_VERSION = 1
+# DCGM_FI_DEV_GPU_UTIL is not reported per MIG instance; the profiling field GR_ENGINE_ACTIVE is (§8).
+METRIC_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+METRIC_FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
+SLICE_STATES = ("free", "busy", "idle", "allocated")  # allocated: held by a pod, activity unknown (no metrics)
+FINDING_KINDS = ("drift", "stuck", "idle", "unallocatable", "suggestion")
+ACTIVE_PHASES = ("Pending", "Running", "Unknown")
+MEMORY_HEADROOM = 1.2  # suggested slice memory >= observed use x this
+
+
+def resource_profile(name):
+    """Profile as it appears in resource and label names: ``1g.10gb+me`` -> ``1g.10gb.me``."""
+    return str(name).replace("+", ".")
+
+
+def _parse_time(text):
+    if not text:
+        return None
+    if isinstance(text, datetime.datetime):
+        return text if text.tzinfo else text.replace(tzinfo=_UTC)
+    text = str(text).replace("Z", "+00:00")
+    try:
+        return datetime.datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=_UTC)
+    except ValueError:
+        return None
+
+
+class _Utc(datetime.tzinfo):
+    def utcoffset(self, dt):
+        return datetime.timedelta(0)
+
+    def tzname(self, dt):
+        return "UTC"
+
+    def dst(self, dt):
+        return datetime.timedelta(0)
+
+
+_UTC = _Utc()
+
+
+def utc_now():
+    return datetime.datetime.now(_UTC)
+
+
+def iso(moment):
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
+
+
+def label_since(node, label):
+    """When a label was last written, from the node's managedFields (the API keeps no label history).
+
+    The time is that of the field manager's last update to any field it owns, so it is a lower bound of
+    how long the label has had its value when that manager (MIG Manager) writes only a few labels.
+    """
+    latest = None
+    key = "f:" + label
+    for entry in (node.get("metadata") or {}).get("managedFields") or []:
+        labels = (((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {})
+        if key in labels:
+            moment = _parse_time(entry.get("time"))
+            if moment and (latest is None or moment > latest):
+                latest = moment
+    return latest
+
+
+def pod_gpu_requests(pod):
+    """nvidia.com/gpu and nvidia.com/mig-* the pod asks for (containers summed; init containers as max)."""
+    spec = pod.get("spec") or {}
+    total = collections.Counter()
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        wanted = cluster_facts.gpu_resources(resources.get("limits")) or cluster_facts.gpu_resources(
+            resources.get("requests"))
+        total.update(wanted)
+    for container in spec.get("initContainers") or []:
+        resources = container.get("resources") or {}
+        wanted = cluster_facts.gpu_resources(resources.get("limits")) or cluster_facts.gpu_resources(
+            resources.get("requests"))
+        for name, count in wanted.items():
+            total[name] = max(total[name], count)
+    return dict((k, v) for k, v in total.items() if v)
+
+
+def _pod_ref(pod):
+    meta = pod.get("metadata") or {}
+    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
+
+
+def _model_for(summary, metric_model=None):
+    for name in (metric_model, summary.get("product_label")):
+        if not name:
+            continue
+        model = catalog.get_model(name=name) if name == metric_model else catalog.model_from_gfd_product(name)
+        if model:
+            return model
+    return None
+
+
+def _profile_memory_mb(profile):
+    if profile.get("memory_mb"):
+        return profile["memory_mb"]
+    return int(profiles.parse_profile(profile["name"]).gb * 1024)
+
+
+def _gpu_count(summary):
+    """Physical GPUs: gpu.count counts MIG devices under single, so prefer capacity/labels that do not."""
+    if summary["mig_strategy"] == "single" and summary["mig_devices"]:
+        return None
+    return summary["count"]
+
+
+def _hardware_from_labels(summary, model, gpu_count):
+    return {"gpus": [{"index": i, "name": model["name"], "pci_device_id": model.get("pci_device_id"),
+                      "mig": {"current": True, "pending": True}} for i in range(gpu_count)]}
+
+
+def _label_plan(summary, model, gpu_count):
+    """What the node's mig.config label means for its GPUs (None when it cannot be planned)."""
+    if not (summary["mig_config"] and model and gpu_count):
+        return None, None
+    try:
+        return plan.plan_node(_hardware_from_labels(summary, model, gpu_count),
+                              config_name=summary["mig_config"]), None
+    except PlanningError as exc:
+        return None, str(exc)
+
+
+def _metric_gpus(node_metrics):
+    """{gpu index: {"model": ..., "instances": {gi_id: {...}}}} from the node's metric samples."""
+    gpus = {}
+    for sample in node_metrics:
+        gpu = gpus.setdefault(sample["gpu"], {"model": sample.get("model"), "instances": {}, "whole": {}})
+        if sample.get("gi_id") is None:
+            gpu["whole"].setdefault(sample["metric"], sample["value"])
+            continue
+        instance = gpu["instances"].setdefault(sample["gi_id"], {"profile": sample.get("profile"), "pod": None})
+        instance[sample["metric"]] = sample["value"]
+        if sample.get("pod"):
+            instance["pod"] = sample["pod"]
+    return gpus
+
+
+def _canonical(name):
+    """dcgm-exporter's GPU_I_PROFILE (``1g.10gb``, ``1g.10gb+me``) as the planner names it; unknown forms kept."""
+    try:
+        return profiles.canonical_profile_name(name)
+    except ProfileNameError:
+        return str(name)
+
+
+def _place(model, counts):
+    """Planner placements for a profile multiset (where a slice sits in the picture when only counts are known)."""
+    solution = placement.solve(model, counts) if model and counts else None
+    return list(solution.placements) if solution and solution.feasible else []
+
+
+def _slice_state(holder, engine, idle_threshold):
+    if not holder:
+        return "free"
+    if engine is None:
+        return "allocated"
+    return "idle" if engine < idle_threshold else "busy"
+
+
+def _build_gpus(summary, model, gpu_count, label_plan, node_metrics, options):
+    """Per-GPU slices: from dcgm metrics when there are any (what the hardware holds), else the label's plan."""
+    from_metrics = _metric_gpus(node_metrics)
+    gpus = []
+    if from_metrics:
+        for index in sorted(from_metrics):
+            data = from_metrics[index]
+            gpu_model = _model_for(summary, data.get("model")) or model
+            instances = sorted(data["instances"].items())
+            counts = collections.Counter(_canonical(i["profile"]) for _, i in instances if i.get("profile"))
+            spots = _place(gpu_model, dict(counts))
+            slices = []
+            for gi_id, instance in instances:
+                name = _canonical(instance["profile"])
+                spot = next((s for s in spots if s["profile"] == name), None)
+                if spot:
+                    spots.remove(spot)
+                slices.append({"gi_id": gi_id, "profile": name, "start": spot["start"] if spot else None,
+                               "size": spot["size"] if spot else None, "pod": instance.get("pod"),
+                               "engine_active": instance.get(METRIC_ENGINE),
+                               "fb_used_mib": instance.get(METRIC_FB_USED)})
+            gpus.append({"index": index, "model": (gpu_model or {}).get("name") or data.get("model"),
+                         "mig_enabled": bool(instances), "layout_source": "dcgm", "slices": slices,
+                         "engine_active": data["whole"].get(METRIC_ENGINE) if not instances else None,
+                         "fb_used_mib": data["whole"].get(METRIC_FB_USED) if not instances else None})
+    elif label_plan:
+        for entry in label_plan["gpus"]:
+            slices = [{"gi_id": None, "profile": p["profile"], "start": p["start"], "size": p["size"], "pod": None,
+                       "engine_active": None, "fb_used_mib": None} for p in entry["placements"]]
+            gpus.append({"index": entry["index"], "model": entry["model"], "mig_enabled": bool(entry["mig_enabled"]),
+                         "layout_source": "label", "slices": slices, "engine_active": None, "fb_used_mib": None})
+    elif gpu_count:
+        for index in range(gpu_count):
+            gpus.append({"index": index, "model": (model or {}).get("name"), "mig_enabled": False,
+                         "layout_source": "labels", "slices": [], "engine_active": None, "fb_used_mib": None})
+    return gpus
+
+
+def _assign_pods(gpus, pods, strategy):
+    """Which pod holds which slice: the exporter's pod label when it has one, else pods in order per profile."""
+    held = set(s["pod"] for g in gpus for s in g["slices"] if s["pod"])
+    wanting = collections.defaultdict(list)
+    for pod in pods:
+        ref = _pod_ref(pod)
+        if ref in held:
+            continue
+        for resource, count in sorted(pod_gpu_requests(pod).items()):
+            wanting[resource].extend([ref] * count)
+    for gpu in gpus:
+        for piece in gpu["slices"]:
+            if piece["pod"]:
+                continue
+            resource = ("nvidia.com/gpu" if strategy == "single"
+                        else "nvidia.com/mig-" + resource_profile(piece["profile"]))
+            if wanting.get(resource):
+                piece["pod"] = wanting[resource].pop(0)
+                piece["pod_mapping"] = "by-request"
+            piece.setdefault("pod_mapping", "dcgm" if piece["pod"] else None)
+
+
+def _finding(kind, severity, node, message, action, gpu=None, **details):
+    return {"kind": kind, "severity": severity, "node": node, "gpu": gpu, "message": message, "action": action,
+            "details": details}
+
+
+def _drift_findings(summary, label_plan, gpus, plan_error):
+    name = summary["node_name"]
+    findings = []
+    if summary["mig_invalid"]:
+        findings.append(_finding(
+            "drift", "error", name,
+            "GFD labels the node %s: mig-strategy=single with more than one profile or mixed MIG modes"
+            % summary["product_label"],
+            "use one all-<profile> config on this node, or switch the cluster to the mixed strategy"))
+    if plan_error:
+        findings.append(_finding("drift", "error", name, "mig.config=%s cannot be applied here: %s"
+                                 % (summary["mig_config"], plan_error),
+                                 "set a config that exists for this GPU model (see the survey/named configs)"))
+    if label_plan is None or summary["mig_config_state"] not in (None, "success"):
+        return findings
+    strategy = summary["mig_strategy"] if summary["mig_strategy"] in plan.STRATEGIES else "none"
+    expected = dict((k, v) for k, v in plan.expected_resources(label_plan, strategy).items() if v)
+    advertised = dict((k, v) for k, v in summary["allocatable"].items() if v)
+    if advertised != expected:
+        findings.append(_finding(
+            "drift", "warning", name,
+            "allocatable %s differs from what mig.config=%s gives under the %s strategy: %s"
+            % (_fmt(advertised), summary["mig_config"], strategy, _fmt(expected)),
+            "check the device plugin on this node; re-apply the config with mig-reconfigure.yml",
+            expected=expected, allocatable=advertised))
+    label_counts = collections.Counter()
+    for entry in label_plan["gpus"]:
+        label_counts.update(dict((resource_profile(p), c) for p, c in entry["target"].items() if c))
+    if strategy == "mixed" and summary["mig_devices"] and dict(summary["mig_devices"]) != dict(label_counts):
+        findings.append(_finding(
+            "drift", "warning", name,
+            "GFD labels count MIG devices %s but mig.config=%s means %s"
+            % (_fmt(summary["mig_devices"]), summary["mig_config"], _fmt(dict(label_counts))),
+            "GFD is stale or the layout changed by hand; re-apply the config",
+            gfd=summary["mig_devices"], label=dict(label_counts)))
+    if gpus and gpus[0]["layout_source"] == "dcgm":
+        hardware = collections.Counter(resource_profile(s["profile"]) for g in gpus for s in g["slices"])
+        if dict(hardware) != dict(label_counts):
+            findings.append(_finding(
+                "drift", "error", name,
+                "hardware holds %s but mig.config=%s (state success) means %s"
+                % (_fmt(dict(hardware)) or "no MIG instances", summary["mig_config"], _fmt(dict(label_counts))),
+                "the layout was changed outside MIG Manager or lost at reboot: re-apply mig.config with "
+                "mig-reconfigure.yml (MIG Manager acts only on label changes)",
+                hardware=dict(hardware), label=dict(label_counts)))
+    return findings
+
+
+def _stuck_findings(summary, since, now, options):
+    name = summary["node_name"]
+    state = summary["mig_config_state"]
+    findings = []
+    age = (now - since).total_seconds() if since else None
+    if state in ("pending", "rebooting") and (age is None or age > options["stuck_after_s"]):
+        findings.append(_finding(
+            "stuck", "error", name,
+            "mig.config.state=%s for %s (mig.config=%s)"
+            % (state, "%ds" % age if age is not None else "an unknown time", summary["mig_config"]),
+            "read the MIG Manager pod log on the node; look for pods or host processes holding the GPUs; "
+            "mig-reconfigure.yml can un-wedge (restore deploy labels, re-trigger) or roll back",
+            state=state, seconds=age))
+    elif state == "failed":
+        findings.append(_finding(
+            "stuck", "error", name, "mig.config.state=failed for mig.config=%s" % summary["mig_config"],
+            "read the MIG Manager pod log; fix the cause (GPU in use, unknown config, reset needed) and re-apply "
+            "or roll back with mig-reconfigure.yml", state=state, seconds=age))
+    if summary["deploy_paused"] and (state != "pending" or (age is not None and age > options["stuck_after_s"])):
+        findings.append(_finding(
+            "stuck", "error", name,
+            "operands left paused-for-mig-change: %s (state %s)" % (", ".join(summary["deploy_paused"]), state),
+            "restore nvidia.com/gpu.deploy.<operand>=true on the node (mig-reconfigure.yml un-wedge does this)",
+            paused=summary["deploy_paused"]))
+    return findings
+
+
+def _fmt(counts):
+    return ", ".join("%s=%s" % (k, v) for k, v in sorted(counts.items()))
+
+
+def _suggest(summary, model, gpus, pending_demand, options):
+    """A layout for this node from observed memory use and pending requests, checked with the planner."""
+    if (not model or not gpus or summary["mig_strategy"] == "none" or not summary["mig_capable"]
+            or summary["mig_config_state"] not in (None, "success")):
+        return None
+    table = [p for p in model["profiles"] if profiles.is_base_profile(p["name"])]
+    by_memory = sorted(table, key=lambda p: (_profile_memory_mb(p), p["slices"]))
+    smallest = by_memory[0]["name"] if by_memory else None
+    wanted_pending = [p for p in pending_demand if catalog.find_profile(model, p)]
+    per_gpu, evidence = [], False
+    for gpu in gpus:
+        request = collections.Counter()
+        for piece in gpu["slices"]:
+            if not piece["pod"]:
+                continue
+            fit = piece["profile"]
+            if piece["fb_used_mib"] is not None:
+                need = piece["fb_used_mib"] * MEMORY_HEADROOM
+                fit = next((p["name"] for p in by_memory if _profile_memory_mb(p) >= need), piece["profile"])
+                evidence = evidence or fit != piece["profile"]
+            request[fit] += 1
+        while wanted_pending:
+            trial = request + collections.Counter([wanted_pending[0]])
+            if not placement.solve(model, dict(trial)).feasible:
+                break
+            request = trial
+            pending_demand.remove(wanted_pending.pop(0))  # one node takes each pending request
+            evidence = True
+        while smallest and placement.solve(model, dict(request + collections.Counter([smallest]))).feasible:
+            request[smallest] += 1
+        per_gpu.append({"index": gpu["index"], "mig_devices": dict(request)})
+    current = [dict(collections.Counter(s["profile"] for s in g["slices"])) for g in gpus]
+    if not evidence or [g["mig_devices"] for g in per_gpu] == current:
+        return None
+    config_name = "gpufleet-suggested"
+    config = {"version": "v1", "mig-configs": {config_name: [
+        {"devices": [g["index"]], "mig-enabled": True, "mig-devices": g["mig_devices"]} for g in per_gpu]}}
+    hardware = {"gpus": [{"index": g["index"], "name": model["name"], "pci_device_id": model.get("pci_device_id"),
+                          "mig": {"current": True, "pending": True}} for g in gpus]}
+    conflict = None
+    try:
+        checked = plan.plan_node(hardware, config_name=config_name, config=config, config_source="suggestion")
+        feasible, reason = checked["feasible"], checked["reason"]
+        if feasible and summary["mig_strategy"] in plan.STRATEGIES:
+            conflict = plan.strategy_conflict(checked, summary["mig_strategy"])
+    except PlanningError as exc:
+        feasible, reason = False, str(exc)
+    return {"gpus": per_gpu, "mig_parted_config": config, "feasible": feasible and not conflict,
+            "reason": conflict or reason, "basis": "memory use x%.1f and pending requests" % MEMORY_HEADROOM}
+
+
+def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_source="none"):
+    """The report dict (schema: REPORT_SCHEMA). ``nodes``/``pods``: API objects as dicts; ``metrics``:
+    [{node, gpu, gi_id, profile, model, metric, value, pod}] (values averaged over the window)."""
+    options = dict({"idle_below": 0.05, "stuck_after_s": 900, "window_s": 600}, **(options or {}))
+    now = now or utc_now()
+    by_node_metrics = collections.defaultdict(list)
+    for sample in metrics or []:
+        by_node_metrics[sample["node"]].append(sample)
+    pods_by_node = collections.defaultdict(list)
+    pending_unscheduled = []
+    for pod in pods:
+        phase = (pod.get("status") or {}).get("phase")
+        if phase not in ACTIVE_PHASES or not pod_gpu_requests(pod):
+            continue
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            pods_by_node[node_name].append(pod)
+        elif phase == "Pending":
+            pending_unscheduled.append(pod)
+
+    gpu_nodes = [n for n in nodes if cluster_facts.is_gpu_node(n)]
+    summaries = dict((n["metadata"]["name"], cluster_facts.node_summary(n)) for n in gpu_nodes)
+    offered = collections.Counter()
+    for summary in summaries.values():
+        offered.update(summary["allocatable"])
+
+    findings, report_nodes = [], []
+    pending_profiles = []
+    for pod in pending_unscheduled:
+        for resource, count in pod_gpu_requests(pod).items():
+            if resource.startswith(cluster_facts.RESOURCE_MIG_PREFIX):
+                pending_profiles.extend([resource[len(cluster_facts.RESOURCE_MIG_PREFIX):]] * count)
+            if offered.get(resource, 0) <= 0:
+                findings.append(_finding(
+                    "unallocatable", "error", None,
+                    "pod %s is Pending for %s=%d, which no node offers" % (_pod_ref(pod), resource, count),
+                    "change a node's MIG layout to one with this profile (see suggestions), or request a profile "
+                    "that exists: offered %s" % (_fmt(dict((k, v) for k, v in offered.items() if v)) or "none"),
+                    pod=_pod_ref(pod), resource=resource, count=count))
+
+    totals = collections.defaultdict(lambda: {"allocatable": 0, "requested": 0, "idle_allocated": 0, "free": 0})
+    for name in sorted(summaries):
+        summary = summaries[name]
+        node = next(n for n in gpu_nodes if n["metadata"]["name"] == name)
+        model = _model_for(summary)
+        gpu_count = _gpu_count(summary) or (len(_metric_gpus(by_node_metrics[name])) or None)
+        label_plan, plan_error = _label_plan(summary, model, gpu_count)
+        gpus = _build_gpus(summary, model, gpu_count, label_plan, by_node_metrics[name], options)
+        node_pods = pods_by_node.get(name, [])
+        _assign_pods(gpus, node_pods, summary["mig_strategy"])
+        for gpu in gpus:
+            for piece in gpu["slices"]:
+                piece["state"] = _slice_state(piece["pod"], piece["engine_active"], options["idle_below"])
+                piece.setdefault("pod_mapping", None)
+        requested = collections.Counter()
+        for pod in node_pods:
+            requested.update(pod_gpu_requests(pod))
+        since = label_since(node, cluster_facts.LABEL_MIG_STATE)
+        node_findings = _drift_findings(summary, label_plan, gpus, plan_error)
+        node_findings += _stuck_findings(summary, since, now, options)
+        for gpu in gpus:
+            for piece in gpu["slices"]:
+                if piece["state"] == "idle":
+                    node_findings.append(_finding(
+                        "idle", "warning", name,
+                        "slice %s (GI %s) on GPU %s is held by %s but its engine was active %.1f%% of the last %ds"
+                        % (piece["profile"], piece["gi_id"], gpu["index"], piece["pod"],
+                           100.0 * piece["engine_active"], options["window_s"]),
+                        "release it (scale the workload down) or give the pod a smaller slice",
+                        gpu=gpu["index"], pod=piece["pod"], profile=piece["profile"],
+                        engine_active=piece["engine_active"]))
+        suggestion = _suggest(summary, model, gpus, pending_profiles, options)
+        if suggestion:
+            node_findings.append(_finding(
+                "suggestion", "info", name,
+                "suggested layout %s (%s); planner: %s" % (
+                    "; ".join("GPU %d: %s" % (g["index"], _fmt(g["mig_devices"])) for g in suggestion["gpus"]),
+                    suggestion["basis"], "feasible" if suggestion["feasible"] else suggestion["reason"]),
+                "put the mig_parted_config into the ClusterPolicy's custom config and run mig-reconfigure.yml",
+                **suggestion))
+        findings.extend(node_findings)
+        for resource, count in summary["allocatable"].items():
+            totals[resource]["allocatable"] += count
+        for resource, count in requested.items():
+            totals[resource]["requested"] += count
+        for gpu in gpus:
+            for piece in gpu["slices"]:
+                key = ("nvidia.com/gpu" if summary["mig_strategy"] == "single"
+                       else "nvidia.com/mig-" + resource_profile(piece["profile"]))
+                if piece["state"] == "idle":
+                    totals[key]["idle_allocated"] += 1
+                elif piece["state"] == "free":
+                    totals[key]["free"] += 1
+        report_nodes.append({
+            "name": name, "model": summary["model"], "product_label": summary["product_label"],
+            "mig_capable": summary["mig_capable"], "mig_strategy": summary["mig_strategy"],
+            "mig_config": summary["mig_config"], "mig_config_state": summary["mig_config_state"],
+            "state_since": iso(since), "state_seconds": int((now - since).total_seconds()) if since else None,
+            "deploy_paused": summary["deploy_paused"], "ready": summary["ready"],
+            "unschedulable": summary["unschedulable"], "allocatable": summary["allocatable"],
+            "requested": dict(requested), "gpus": gpus,
+            "findings": len(node_findings),
+        })
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": iso(now),
+        "metrics_source": metrics_source,
+        "options": options,
+        "nodes": report_nodes,
+        "findings": findings,
+        "totals": {"nodes": len(report_nodes), "gpus": sum(len(n["gpus"]) for n in report_nodes),
+                   "per_resource": dict((k, dict(v)) for k, v in sorted(totals.items()))},
+    }
+
+
+_NULLABLE_NUMBER = {"type": ["number", "null"]}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
+REPORT_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "gpufleet.gpu_operator fleet report",
+    "type": "object",
+    "required": ["schema_version", "generated_at", "metrics_source", "options", "nodes", "findings", "totals"],
+    "additionalProperties": False,
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "generated_at": {"type": "string"},
+        "metrics_source": {"enum": ["none", "prometheus", "dcgm-exporter"]},
+        "options": {"type": "object"},
+        "nodes": {"type": "array", "items": {
+            "type": "object",
+            "required": ["name", "model", "mig_strategy", "mig_config", "mig_config_state", "state_since",
+                         "allocatable", "requested", "gpus", "deploy_paused"],
+            "properties": {
+                "name": {"type": "string"},
+                "model": _NULLABLE_STRING,
+                "product_label": _NULLABLE_STRING,
+                "mig_capable": {"type": "boolean"},
+                "mig_strategy": {"enum": ["none", "single", "mixed"]},
+                "mig_config": _NULLABLE_STRING,
+                "mig_config_state": {"enum": [None, "pending", "rebooting", "success", "failed"]},
+                "state_since": _NULLABLE_STRING,
+                "state_seconds": {"type": ["integer", "null"]},
+                "deploy_paused": {"type": "array", "items": {"type": "string"}},
+                "ready": {"type": "boolean"},
+                "unschedulable": {"type": "boolean"},
+                "allocatable": _COUNTS,
+                "requested": _COUNTS,
+                "findings": {"type": "integer"},
+                "gpus": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["index", "model", "mig_enabled", "layout_source", "slices"],
+                    "properties": {
+                        "index": {"type": "integer"},
+                        "model": _NULLABLE_STRING,
+                        "mig_enabled": {"type": "boolean"},
+                        "layout_source": {"enum": ["dcgm", "label", "labels"]},
+                        "engine_active": _NULLABLE_NUMBER,
+                        "fb_used_mib": _NULLABLE_NUMBER,
+                        "slices": {"type": "array", "items": {
+                            "type": "object",
+                            "required": ["gi_id", "profile", "start", "size", "pod", "state", "engine_active",
+                                         "fb_used_mib"],
+                            "properties": {
+                                "gi_id": {"type": ["integer", "null"]},
+                                "profile": {"type": "string"},
+                                "start": {"type": ["integer", "null"]},
+                                "size": {"type": ["integer", "null"]},
+                                "pod": _NULLABLE_STRING,
+                                "pod_mapping": {"enum": [None, "dcgm", "by-request"]},
+                                "state": {"enum": list(SLICE_STATES)},
+                                "engine_active": _NULLABLE_NUMBER,
+                                "fb_used_mib": _NULLABLE_NUMBER,
+                            },
+                        }},
+                    },
+                }},
+            },
+        }},
+        "findings": {"type": "array", "items": {
+            "type": "object",
+            "required": ["kind", "severity", "node", "gpu", "message", "action", "details"],
+            "additionalProperties": False,
+            "properties": {
+                "kind": {"enum": list(FINDING_KINDS)},
+                "severity": {"enum": ["info", "warning", "error"]},
+                "node": _NULLABLE_STRING,
+                "gpu": {"type": ["integer", "null"]},
+                "message": {"type": "string"},
+                "action": {"type": "string"},
+                "details": {"type": "object"},
+            },
+        }},
+        "totals": {"type": "object", "required": ["nodes", "gpus", "per_resource"], "properties": {
+            "nodes": {"type": "integer"},
+            "gpus": {"type": "integer"},
+            "per_resource": {"type": "object", "additionalProperties": {
+                "type": "object", "required": ["allocatable", "requested", "idle_allocated", "free"],
+                "properties": dict((k, {"type": "integer"}) for k in
+                                   ("allocatable", "requested", "idle_allocated", "free"))}},
+        }},
+    },
+}

@@ -1,0 +1,220 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpu_cluster_facts
+short_description: Fleet report of GPU nodes, MIG layouts, slices, drift, stuck nodes and idle slices
+version_added: 0.1.0
+description:
+  - Reads nodes and pods from the Kubernetes API and, when given, DCGM metrics from Prometheus or from
+    dcgm-exporter endpoints. Never changes the cluster.
+  - Per node, GPU and MIG slice it reports the GPU model, MIG strategy, C(nvidia.com/mig.config) and its state
+    (and since when, from the node's managed fields), allocatable against what pods request, which pod holds
+    which slice, and the recent C(DCGM_FI_PROF_GR_ENGINE_ACTIVE) and C(DCGM_FI_DEV_FB_USED) per MIG instance.
+  - Findings, each naming the node and what to do - C(drift) (label, hardware, allocatable and GFD labels
+    disagree), C(stuck) (state pending or rebooting beyond O(stuck_after), C(failed), operands left
+    C(paused-for-mig-change)), C(idle) (a slice held by a pod whose engine activity stayed below O(idle_below)),
+    C(unallocatable) (pods Pending for a resource no node offers), C(suggestion) (a layout per node from
+    observed memory use and pending requests, checked with the planner).
+  - The report follows a versioned JSON schema (returned in RV(schema)); see docs/report.md.
+author:
+  - gpufleet contributors
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.kube_auth
+options:
+  label_selector:
+    description: Only nodes matching this Kubernetes label selector.
+    type: str
+  prometheus_url:
+    description:
+      - Base URL of a Prometheus server that scrapes dcgm-exporter (queried through its HTTP API).
+    type: str
+  dcgm_endpoints:
+    description:
+      - dcgm-exporter endpoints to read directly when there is no Prometheus (an instant reading, no window).
+    type: list
+    elements: dict
+    suboptions:
+      url:
+        description: Metrics URL, for example C(http://10.0.0.5:9400/metrics).
+        type: str
+        required: true
+      node:
+        description: Node the endpoint belongs to, used when its series carry no host name label.
+        type: str
+  window:
+    description: Seconds of metrics history that activity is averaged (and memory use maximised) over.
+    type: int
+    default: 600
+  idle_below:
+    description: Engine activity (0..1) under which a slice held by a pod counts as idle.
+    type: float
+    default: 0.05
+  stuck_after:
+    description: Seconds in C(pending) or C(rebooting) after which a node counts as stuck.
+    type: int
+    default: 900
+  formats:
+    description: Renderings to return besides the report itself.
+    type: list
+    elements: str
+    choices: [table, html]
+    default: [table]
+  metrics_timeout:
+    description: Seconds to wait for each metrics request.
+    type: int
+    default: 10
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; check mode returns the same report.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+notes:
+  - C(DCGM_FI_DEV_GPU_UTIL) is not reported for MIG instances, so activity comes from the profiling field
+    C(DCGM_FI_PROF_GR_ENGINE_ACTIVE), which must be enabled in the exporter's metrics list.
+  - Without metrics the layout per GPU is what the node's C(mig.config) label means for its GPU model, and pods
+    are matched to slices by the resources they request.
+requirements:
+  - kubernetes >= 30.0.0 (Python client)
+"""
+
+EXAMPLES = r"""
+- name: Fleet report with Prometheus
+  gpufleet.gpu_operator.gpu_cluster_facts:
+    kubeconfig: ~/.kube/config
+    prometheus_url: http://prometheus.monitoring:9090
+    formats: [table, html]
+  register: fleet
+
+- name: Show the table
+  ansible.builtin.debug:
+    msg: "{{ fleet.table }}"
+
+- name: Stop when a node is stuck
+  ansible.builtin.assert:
+    that: fleet.report.findings | selectattr('kind', 'equalto', 'stuck') | list | length == 0
+"""
+
+RETURN = r"""
+report:
+  description: The fleet report (schema version 1; every key is described in docs/report.md).
+  returned: always
+  type: dict
+  contains:
+    schema_version:
+      description: Version of the report's layout; bumped on incompatible changes.
+      type: int
+      sample: 1
+    nodes:
+      description: One entry per GPU node with its GPUs and their slices.
+      type: list
+      elements: dict
+    findings:
+      description: Drift, stuck, idle, unallocatable and suggestion findings, each with node and action.
+      type: list
+      elements: dict
+    totals:
+      description: Node and GPU counts and, per resource, allocatable, requested, idle-but-allocated and free.
+      type: dict
+table:
+  description: The report as a plain-text table.
+  returned: when C(table) is in O(formats)
+  type: str
+html:
+  description: The report as a self-contained HTML page with a picture of every GPU's slices.
+  returned: when C(html) is in O(formats)
+  type: str
+schema:
+  description: JSON schema of RV(report).
+  returned: always
+  type: dict
+metrics_error:
+  description: Why metrics could not be read (the report is then built without them).
+  returned: when the metrics source failed
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+    AUTH_ARG_SPEC,
+    ApiException,
+    api_client_from_module,
+    api_error_message,
+)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import dcgm_metrics, report, report_render
+
+try:
+    from kubernetes import client as k8s_client
+except ImportError:  # api_client_from_module reports the missing library
+    k8s_client = None
+
+
+def main():
+    argument_spec = dict(
+        label_selector=dict(type="str"),
+        prometheus_url=dict(type="str"),
+        dcgm_endpoints=dict(type="list", elements="dict", options=dict(
+            url=dict(type="str", required=True), node=dict(type="str"))),
+        window=dict(type="int", default=600),
+        idle_below=dict(type="float", default=0.05),
+        stuck_after=dict(type="int", default=900),
+        formats=dict(type="list", elements="str", choices=["table", "html"], default=["table"]),
+        metrics_timeout=dict(type="int", default=10),
+    )
+    argument_spec.update(AUTH_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           mutually_exclusive=[("prometheus_url", "dcgm_endpoints")])
+    params = module.params
+    if params["window"] <= 0 or params["stuck_after"] < 0 or not 0 <= params["idle_below"] <= 1:
+        module.fail_json(msg="window must be > 0, stuck_after >= 0 and idle_below within 0..1 (got %s, %s, %s)"
+                         % (params["window"], params["stuck_after"], params["idle_below"]))
+    api_client = api_client_from_module(module)
+    core = k8s_client.CoreV1Api(api_client)
+    try:
+        nodes = core.list_node(label_selector=params["label_selector"] or "").items
+        pods = core.list_pod_for_all_namespaces().items
+    except ApiException as exc:
+        module.fail_json(msg="cannot read nodes and pods: %s" % api_error_message(exc))
+    except Exception as exc:  # connection refused etc.: name what failed
+        module.fail_json(msg="cannot reach the Kubernetes API to read nodes and pods: %s" % exc)
+    nodes = [api_client.sanitize_for_serialization(n) for n in nodes]
+    pods = [api_client.sanitize_for_serialization(p) for p in pods]
+
+    samples, source, metrics_error = [], "none", None
+    try:
+        if params["prometheus_url"]:
+            samples = dcgm_metrics.query_prometheus(params["prometheus_url"], params["window"],
+                                                    timeout=params["metrics_timeout"])
+            source = "prometheus"
+        elif params["dcgm_endpoints"]:
+            samples = dcgm_metrics.scrape_endpoints(params["dcgm_endpoints"], timeout=params["metrics_timeout"])
+            source = "dcgm-exporter"
+    except dcgm_metrics.MetricsError as exc:
+        metrics_error = str(exc)
+        module.warn("report built without metrics: %s" % exc)
+
+    built = report.build_report(
+        nodes, pods, metrics=dcgm_metrics.pivot(samples), metrics_source=source,
+        options={"idle_below": params["idle_below"], "stuck_after_s": params["stuck_after"],
+                 "window_s": params["window"]})
+    result = dict(changed=False, report=built, schema=report.REPORT_SCHEMA)
+    if "table" in params["formats"]:
+        result["table"] = report_render.render_table(built)
+    if "html" in params["formats"]:
+        result["html"] = report_render.render_html(built)
+    if metrics_error:
+        result["metrics_error"] = metrics_error
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
