@@ -76,11 +76,12 @@ def catalog():
 
 
 def resolve_model(model):
-    """Catalog key for a model given by key ("H200") or NVML name ("NVIDIA H200"), case-insensitive."""
+    """Catalog key for a model given by key ("H200") or NVML name with or without "NVIDIA ", case-insensitive."""
     models = catalog()["models"]
     wanted = model.strip().lower()
     for key, entry in models.items():
-        if wanted in (key.lower(), entry["nvml_name"].lower()):
+        nvml_name = entry["nvml_name"].lower()
+        if wanted in (key.lower(), nvml_name, nvml_name.replace("nvidia ", "", 1)):
             return key
     raise SimHostError("unknown GPU model %r; known: %s" % (
         model, ", ".join("%s (%s)" % (k, v["nvml_name"]) for k, v in models.items())))
