@@ -1,0 +1,301 @@
+"""mig-reconfigure.yml end to end on simulated GPU nodes (agents play MIG Manager, GFD and the device plugin),
+run by ansible-playbook under the least-privilege ServiceAccount. Every test also checks that nothing was
+lost: only planned (GPU) pods were evicted, and every cordon we set was restored or reported."""
+
+import signal
+import time
+import os
+
+import pytest
+
+from tests.integration.reconfigure.conftest import (
+    PLAYBOOK,
+    PRIOR_ANNOTATION,
+    deploy,
+    node_view,
+    running_pods,
+    wait_running,
+)
+from tests.testbed.pytest_cluster import unique_name
+
+CONFIG = "nvidia.com/mig.config"
+STATE = "nvidia.com/mig.config.state"
+# all-balanced per model (reference nvidia-gpu-operator-and-mig.md §4.2/§4.3): per GPU 2x1g + 1x2g + 1x3g.
+BALANCED = {
+    "A100-SXM4-40GB": ("1g.5gb", "2g.10gb", "3g.20gb"),
+    "H100-80GB-HBM3": ("1g.10gb", "2g.20gb", "3g.40gb"),
+    "H200": ("1g.18gb", "2g.35gb", "3g.71gb"),
+}
+
+
+def balanced_allocatable(model, gpus):
+    one, two, three = BALANCED[model]
+    return {"nvidia.com/mig-" + one: str(2 * gpus), "nvidia.com/mig-" + two: str(gpus),
+            "nvidia.com/mig-" + three: str(gpus)}
+
+
+def gpu_allocatable(view):
+    return dict((k, v) for k, v in view["allocatable"].items()
+                if k.startswith(("nvidia.com/gpu", "nvidia.com/mig-")) and v != "0")
+
+
+def rollout_vars(lock, **extra):
+    base = {"mig_reconfigure_lock_name": lock, "mig_reconfigure_lock_duration": 10,
+            "mig_reconfigure_eviction_retry_delay": 1, "mig_reconfigure_drain_timeout": 60,
+            "mig_reconfigure_apply_timeout": 90, "mig_reconfigure_verify_timeout": 60}
+    base.update(extra)
+    return base
+
+
+def rows_of(result):
+    rows = []
+    for task in result.tasks():
+        if task["task"]["name"].startswith("Record batch"):
+            for host in (task.get("hosts") or {}).values():
+                facts = host.get("ansible_facts") or {}
+                if "mig_reconfigure_rows" in facts:
+                    rows = facts["mig_reconfigure_rows"]
+    return dict((r["node"], r) for r in rows)
+
+
+def summary_lines(result):
+    return result.task("Show the fleet summary")["msg"]
+
+
+@pytest.fixture
+def gpu_workloads(testbed, testbed_namespace):
+    """Deploy one GPU and one CPU workload per node; returns a function giving {node: running pods}."""
+    def make(nodes):
+        for node in nodes:
+            deploy(testbed, testbed_namespace, "gpu-" + node[-6:], node, resources={"nvidia.com/gpu": "1"})
+            deploy(testbed, testbed_namespace, "cpu-" + node[-6:], node, resources={"cpu": "100m"})
+        for node in nodes:
+            wait_running(testbed, node, 2, testbed_namespace)
+        return dict((node, running_pods(testbed, node)) for node in nodes)
+    return make
+
+
+def gpu_pods(pods):
+    return sorted(k for k in pods if "/gpu-" in k)
+
+
+def assert_only_gpu_pods_gone(testbed, before, reported=None):
+    for node, pods in before.items():
+        after = running_pods(testbed, node)
+        gone = sorted(set(pods) - set(after))
+        assert gone == [k for k in gpu_pods(pods) if "/gpu-" in k and k in gone] and gone == gpu_pods(pods), (
+            "node %s: pods gone %s, planned GPU pods %s" % (node, gone, gpu_pods(pods)))
+        if reported is not None:
+            assert sorted(reported[node]) == gone, "node %s: evicted %s reported, %s gone" % (node, reported[node], gone)
+
+
+def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
+    nodes = {add_gpu_node("rc-a100", "A100-SXM4-40GB", 2): "A100-SXM4-40GB",
+             add_gpu_node("rc-h100", "H100-80GB-HBM3", 2): "H100-80GB-HBM3",
+             add_gpu_node("rc-h200", "H200", 1): "H200"}
+    names = sorted(nodes)
+    for name in names:
+        testbed.wait_for(lambda n=name: gpu_allocatable(node_view(testbed, n)), 60, "GPUs advertised on %s" % n)
+    before = gpu_workloads(names)
+
+    plan = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock")), profile="all-balanced"),
+                           check=True)
+    assert plan.rc == 0, plan.explain()
+    planned = dict((p["node"], p) for p in plan.task("Plan every node")["plan"])
+    for name, model in nodes.items():
+        assert planned[name]["pods_to_evict"] == gpu_pods(before[name])
+        assert planned[name]["expected_resources"] == dict(
+            (k, int(v)) for k, v in balanced_allocatable(model, 2 if model != "H200" else 1).items())
+    assert not plan.ran("Reconfigure batch"), "check mode went past the plan"
+    for name in names:
+        assert node_view(testbed, name)["labels"].get(CONFIG) != "all-balanced"
+
+    result = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock"), mig_reconfigure_max_unavailable="50%"),
+                                                   profile="all-balanced"))
+    assert result.rc == 0, result.explain()
+    rows = rows_of(result)
+    for name, model in nodes.items():
+        view = node_view(testbed, name)
+        assert view["labels"][CONFIG] == "all-balanced" and view["labels"][STATE] == "success"
+        assert gpu_allocatable(view) == balanced_allocatable(model, 2 if model != "H200" else 1)
+        assert view["unschedulable"] is False and PRIOR_ANNOTATION not in view["annotations"]
+        assert rows[name]["result"] == "reconfigured" and rows[name]["uncordon"] == "uncordoned"
+    assert_only_gpu_pods_gone(testbed, before, dict((n, rows[n]["evicted"]) for n in names))
+    lines = summary_lines(result)
+    assert lines[0].split() == ["node", "model", "before", "after", "evicted", "duration", "result"]
+    assert all(any(line.startswith(n) and "reconfigured" in line for line in lines) for n in names)
+
+    # Resumable/idempotent: a re-run finds every node at the target and touches nothing.
+    again = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock")), profile="all-balanced"))
+    assert again.rc == 0, again.explain()
+    assert all(p["at_target"] for p in again.task("Plan every node")["plan"])
+    assert not again.ran("Reconfigure batch")
+
+
+def test_unknown_and_invalid_profiles_are_rejected_before_any_change(testbed, gpu_cluster, add_gpu_node, runner,
+                                                                      gpu_workloads):
+    names = sorted([add_gpu_node("rc-bad-a", "H100-80GB-HBM3", 2), add_gpu_node("rc-bad-b", "A100-SXM4-40GB", 1)])
+    for name in names:
+        testbed.wait_for(lambda n=name: gpu_allocatable(node_view(testbed, n)), 60, "GPUs advertised on %s" % n)
+    before = gpu_workloads(names)
+    views = dict((n, node_view(testbed, n)) for n in names)
+
+    unknown = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock")), profile="all-1g.99gb"))
+    assert unknown.rc != 0
+    assert "all-1g.99gb" in unknown.task("Stop before any change")["msg"]
+    # A profile of another model: names the node and the model's own profiles.
+    wrong = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock")), profile="all-1g.5gb"))
+    assert wrong.rc != 0
+    assert "1g.5gb is not a profile of" in wrong.task("Stop before any change")["msg"]
+    # all-balanced cannot be advertised under mig-strategy=single (one profile per node, reference §6.2).
+    single = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock"), mig_reconfigure_strategy="single"),
+                                                   profile="all-balanced"))
+    assert single.rc != 0
+    assert "mig-strategy=single needs one MIG profile per node" in single.task("Stop before any change")["msg"]
+    for result in (unknown, wrong, single):
+        assert not result.ran("Take the rollout lock") and not result.ran("Reconfigure batch")
+    for name in names:
+        assert node_view(testbed, name) == views[name], "node %s changed" % name
+        assert running_pods(testbed, name) == before[name]
+
+
+def test_gpu_held_fails_the_canary_and_halts_with_diagnostics(testbed, gpu_cluster, add_gpu_node, runner,
+                                                               gpu_workloads):
+    names = sorted([add_gpu_node("rc-held-a", "H100-80GB-HBM3", 1, faults=["gpu-held"]),
+                    add_gpu_node("rc-held-b", "H100-80GB-HBM3", 1), add_gpu_node("rc-held-c", "H100-80GB-HBM3", 1)])
+    canary = [n for n in names if "held-a" in n][0]
+    others = [n for n in names if n != canary]
+    order = [canary] + others
+    for name in names:
+        testbed.wait_for(lambda n=name: gpu_allocatable(node_view(testbed, n)), 60, "GPUs advertised on %s" % n)
+    before = gpu_workloads(names)
+    views = dict((n, node_view(testbed, n)) for n in others)
+
+    result = runner.playbook(PLAYBOOK, order, dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb",
+                                                   mig_reconfigure_nodes=order))
+    assert result.rc != 0, result.explain()
+    rows = rows_of(result)
+    assert rows[canary]["result"] == "failed" and rows[canary]["stage"] == "apply"
+    assert "MIG Manager reported failed" in rows[canary]["message"]
+    diagnostics = rows[canary]["diagnostics"]
+    assert diagnostics["state"] == "failed" and diagnostics["unschedulable"] is True
+    assert "mig_manager_logs" in diagnostics and diagnostics["hints"]
+    assert node_view(testbed, canary)["unschedulable"] is True, "the failed node must stay cordoned"
+    assert rows[canary]["left_cordoned"] is True
+    assert "halted" in result.task("Fail when the rollout halted")["msg"]
+    assert any(canary in line and "failed" in line for line in summary_lines(result))
+    for name in others:
+        assert name not in rows, "a node after the failed canary was started"
+        assert node_view(testbed, name) == views[name]
+        assert running_pods(testbed, name) == before[name]
+    gone = sorted(set(before[canary]) - set(running_pods(testbed, canary)))
+    assert gone == sorted(rows[canary]["evicted"]) == gpu_pods(before[canary])
+    runner.module("gpu_drain", {"name": canary, "state": "uncordoned"})
+
+
+def test_wedged_pending_times_out_with_diagnostics_then_unwedges(testbed, gpu_cluster, add_gpu_node, runner,
+                                                                  gpu_agents):
+    node = add_gpu_node("rc-wedge", "H200", 1, faults=["wedge-pending"])
+    testbed.wait_for(lambda: gpu_allocatable(node_view(testbed, node)), 60, "GPUs advertised on %s" % node)
+    result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock"), mig_reconfigure_apply_timeout=8),
+                                                    profile="all-1g.18gb"))
+    assert result.rc != 0
+    row = rows_of(result)[node]
+    assert row["result"] == "failed" and "no success within 8s (state pending)" in row["message"]
+    paused = row["diagnostics"]["paused_deploy_labels"]
+    assert "nvidia.com/gpu.deploy.device-plugin" in paused
+    assert any("un-wedge" in hint for hint in row["diagnostics"]["hints"])
+    assert node_view(testbed, node)["unschedulable"] is True
+
+    gpu_agents.set_faults(node, [])  # the cause is gone (e.g. the stuck client was stopped)
+    unwedged = runner.module("node_mig_config", {"name": node, "action": "unwedge", "timeout": 60})
+    assert not unwedged.get("failed"), unwedged
+    assert sorted(unwedged["unwedged"]["restored_labels"]) == sorted(paused)
+    assert unwedged["final_state"] == "success"
+    view = node_view(testbed, node)
+    assert not [k for k, v in view["labels"].items() if v == "paused-for-mig-change"]
+    assert gpu_allocatable(view) == {"nvidia.com/mig-1g.18gb": "7"}
+    # Re-running the playbook finishes the half-done node: verifies and gives the cordon back.
+    again = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile="all-1g.18gb"))
+    assert again.rc == 0, again.explain()
+    assert rows_of(again)[node]["result"] == "reconfigured"
+    assert node_view(testbed, node)["unschedulable"] is False
+
+
+def test_with_reboot_path(testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
+    node = add_gpu_node("rc-reboot", "A100-SXM4-40GB", 1, faults=["reset-unsupported"])
+    testbed.wait_for(lambda: gpu_allocatable(node_view(testbed, node)), 60, "GPUs advertised on %s" % node)
+    before = gpu_workloads([node])
+    env = (gpu_cluster.policy()["spec"].get("migManager") or {}).get("env") or []
+    gpu_cluster.patch_policy({"migManager": {"env": env + [{"name": "WITH_REBOOT", "value": "true"}]}})
+    try:
+        plan = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile="all-3g.20gb"),
+                               check=True)
+        assert plan.task("Plan every node")["plan"][0]["reset_or_reboot"] == "reboot"
+        result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile="all-3g.20gb"))
+        assert result.rc == 0, result.explain()
+        row = rows_of(result)[node]
+        assert row["rebooted"] is True and "rebooting" in row["states"] and row["states"][-1] == "success"
+        view = node_view(testbed, node)
+        assert gpu_allocatable(view) == {"nvidia.com/mig-3g.20gb": "2"}
+        assert view["unschedulable"] is False
+        assert_only_gpu_pods_gone(testbed, before, {node: row["evicted"]})
+    finally:
+        gpu_cluster.patch_policy({"migManager": {"env": env or None}})
+
+
+def test_concurrent_rollout_is_refused(testbed, gpu_cluster, add_gpu_node, runner):
+    node = add_gpu_node("rc-lock", "H100-80GB-HBM3", 1)
+    testbed.wait_for(lambda: gpu_allocatable(node_view(testbed, node)), 60, "GPUs advertised on %s" % node)
+    lock = unique_name("lock")
+    held = runner.module("mig_rollout_lock", {"name": lock, "holder": "other-rollout", "duration": 300,
+                                              "description": "all-1g.10gb elsewhere"})
+    assert not held.get("failed"), held
+    view = node_view(testbed, node)
+    try:
+        result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(lock), profile="all-1g.10gb"))
+        assert result.rc != 0
+        msg = result.task("Take the rollout lock")["msg"]
+        assert "another MIG rollout holds lock" in msg and "other-rollout" in msg
+        assert not result.ran("Reconfigure batch")
+        assert node_view(testbed, node) == view
+    finally:
+        runner.module("mig_rollout_lock", {"name": lock, "holder": "other-rollout", "state": "absent"})
+
+
+def test_controller_killed_mid_rollout_then_rerun_resumes(testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
+    names = sorted([add_gpu_node("rc-kill-a", "H100-80GB-HBM3", 1, faults=["slow"]),
+                    add_gpu_node("rc-kill-b", "H100-80GB-HBM3", 1)])
+    canary = [n for n in names if "kill-a" in n][0]
+    order = [canary] + [n for n in names if n != canary]
+    for name in names:
+        testbed.wait_for(lambda n=name: gpu_allocatable(node_view(testbed, n)), 60, "GPUs advertised on %s" % n)
+    before = gpu_workloads(names)
+    lock = unique_name("lock")
+    variables = dict(rollout_vars(lock), profile="all-1g.10gb", mig_reconfigure_nodes=order)
+
+    proc = runner.playbook(PLAYBOOK, order, variables, popen=True)
+    try:
+        testbed.wait_for(lambda: node_view(testbed, canary)["labels"].get(STATE) == "pending", 120,
+                         "the canary to be pending")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the controller dies mid-rollout
+        proc.communicate(timeout=30)
+    half = node_view(testbed, canary)
+    assert half["unschedulable"] and half["annotations"].get(PRIOR_ANNOTATION) == "false"
+
+    refused = runner.playbook(PLAYBOOK, order, variables)
+    assert refused.rc != 0 and "another MIG rollout holds lock" in refused.task("Take the rollout lock")["msg"]
+
+    time.sleep(11)  # the dead controller's lease expires (duration 10 s, no renewals)
+    resumed = runner.playbook(PLAYBOOK, order, variables)
+    assert resumed.rc == 0, resumed.explain()
+    plan = dict((p["node"], p) for p in resumed.task("Plan every node")["plan"])
+    assert plan[canary]["half_done"] is True
+    rows = rows_of(resumed)
+    for name in names:
+        view = node_view(testbed, name)
+        assert rows[name]["result"] == "reconfigured"
+        assert view["labels"][STATE] == "success" and gpu_allocatable(view) == {"nvidia.com/mig-1g.10gb": "7"}
+        assert view["unschedulable"] is False and PRIOR_ANNOTATION not in view["annotations"]
+    assert_only_gpu_pods_gone(testbed, before)
