@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Write awx/surveys/mig-reconfigure*.json: the MIG reconfiguration surveys (job template, workflow), its profile choices taken from the
+"""Write awx/surveys/mig-reconfigure.json: the MIG reconfiguration survey (job template and workflow), its profile choices taken from the
 named configs the collection knows (planning library ``resolve.named_configs``), so AWX offers exactly what the
 playbook's pre-flight accepts. Run from the repository root after `make setup`:
 
     .venv/bin/python awx/generate_survey.py          # rewrite the file
-    .venv/bin/python awx/generate_survey.py --check  # exit 1 if a committed file is stale (used by the tests)
+    .venv/bin/python awx/generate_survey.py --check  # exit 1 if the committed file is stale (used by the tests)
 """
 
 import argparse
@@ -13,10 +13,7 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SURVEY_DIR = os.path.join(ROOT, "awx", "surveys")
-# The job template asks whether to only plan; the workflow does not (its plan node runs in check mode and its
-# apply node after approval), because workflow-level answers would override the nodes' own values.
-SURVEYS = {"mig-reconfigure.json": True, "mig-reconfigure-workflow.json": False}
+SURVEY_PATH = os.path.join(ROOT, "awx", "surveys", "mig-reconfigure.json")
 CUSTOM_CHOICE = "custom"  # picks the free-text answer instead (a config name from a custom mig-parted ConfigMap)
 
 
@@ -27,12 +24,14 @@ def named_configs():
     return list(resolve.named_configs())
 
 
-def build_survey(configs, with_plan_only=True):
+def build_survey(configs):
     # Survey format and validation rules: AWX job_template_survey_spec.md / _validate_spec_data
     # (reference ansible-ecosystem.md §5): name, description, non-empty spec; each question needs type,
     # question_name, variable, required; multiplechoice default must be one of the choices; min/max int or null.
     choices = sorted(set(configs)) + [CUSTOM_CHOICE]
-    survey = {
+    # Check mode is not a survey question: AWX sets it per launch with the job type prompt (check = plan only),
+    # and the workflow's plan node runs as check, its apply node as run.
+    return {
         "name": "MIG reconfiguration",
         "description": "Which MIG layout, on which GPU nodes, how many at a time. "
                        "Answers reach mig-reconfigure.yml as extra vars.",
@@ -65,7 +64,7 @@ def build_survey(configs, with_plan_only=True):
                 "type": "text",
                 "question_name": "Target nodes",
                 "question_description": "Comma-separated node names; empty means every GPU node of the inventory.",
-                "variable": "target_nodes",
+                "variable": "nodes",
                 "required": False,
                 "default": "",
                 "min": 0,
@@ -81,22 +80,8 @@ def build_survey(configs, with_plan_only=True):
                 "min": 1,
                 "max": 8,
             },
-            {
-                "type": "multiplechoice",
-                "question_name": "Plan only (check)",
-                "question_description": "yes: print the plan per node and change nothing; no: apply it.",
-                "variable": "plan_only",
-                "required": True,
-                "choices": ["yes", "no"],
-                "default": "yes",
-                "min": None,
-                "max": None,
-            },
         ],
     }
-    if not with_plan_only:
-        survey["spec"] = [q for q in survey["spec"] if q["variable"] != "plan_only"]
-    return survey
 
 
 def render(survey):
@@ -107,18 +92,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="fail if the committed survey is out of date")
     args = parser.parse_args()
-    configs = named_configs()
-    for name, with_plan_only in SURVEYS.items():
-        path = os.path.join(SURVEY_DIR, name)
-        text = render(build_survey(configs, with_plan_only))
-        if args.check:
-            current = open(path).read() if os.path.exists(path) else None
-            if current != text:
-                sys.exit("%s is stale: run .venv/bin/python awx/generate_survey.py" % path)
-            continue
-        with open(path, "w") as handle:
-            handle.write(text)
-        print("wrote %s" % path)
+    text = render(build_survey(named_configs()))
+    if args.check:
+        current = open(SURVEY_PATH).read() if os.path.exists(SURVEY_PATH) else None
+        if current != text:
+            sys.exit("%s is stale: run .venv/bin/python awx/generate_survey.py" % SURVEY_PATH)
+        return
+    with open(SURVEY_PATH, "w") as handle:
+        handle.write(text)
+    print("wrote %s" % SURVEY_PATH)
 
 
 if __name__ == "__main__":

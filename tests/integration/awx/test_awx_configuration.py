@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 
-import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.dataloader import DataLoader
@@ -136,7 +135,7 @@ def test_templates_workflow_and_credential_type_wiring():
     nodes = dict((args["identifier"], args) for args in by_module["workflow_job_template_node"])
     assert nodes["plan"]["job_type"] == "check" and nodes["plan"]["success_nodes"] == ["approve"]
     assert "approval_node" in nodes["approve"] and nodes["approve"]["success_nodes"] == ["apply"]
-    assert nodes["apply"]["job_type"] == "run" and nodes["apply"]["extra_data"]["plan_only"] == "no"
+    assert nodes["apply"]["job_type"] == "run"
 
     credential_type = by_module["credential_type"][0]
     assert credential_type["injectors"]["env"]["K8S_AUTH_KUBECONFIG"] == "{{ tower.filename.kubeconfig }}"
@@ -158,14 +157,13 @@ def test_surveys_are_generated_from_the_named_configs():
     assert {"all-disabled", "all-balanced"} <= set(profile["choices"])
 
 
-@pytest.mark.parametrize("name", ["mig-reconfigure.json", "mig-reconfigure-workflow.json"])
-def test_survey_follows_awx_survey_rules(name):
-    with open(os.path.join(AWX_DIR, "surveys", name)) as handle:
+def test_survey_follows_awx_survey_rules():
+    with open(os.path.join(AWX_DIR, "surveys", "mig-reconfigure.json")) as handle:
         survey = json.load(handle)
     assert awx_survey_errors(survey) == []
-    variables = {q["variable"] for q in survey["spec"]}
-    assert {"survey_profile", "survey_custom_profile", "target_nodes", "max_unavailable"} <= variables
-    assert ("plan_only" in variables) == (name == "mig-reconfigure.json")
+    # mig-reconfigure.yml reads profile (set from survey_profile by the template), nodes and max_unavailable.
+    assert {q["variable"] for q in survey["spec"]} == {"survey_profile", "survey_custom_profile", "nodes",
+                                                       "max_unavailable"}
 
 
 def test_survey_rules_catch_bad_surveys():
