@@ -1,0 +1,225 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The documented creation-order fact, fault injection, and several processes sharing one simulated host."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.testbed.gpusim import hoststate
+
+PRELUDE = """
+import pynvml as n
+def err(fn, *args):
+    try:
+        fn(*args)
+    except n.NVMLError as e:
+        return e.value
+    return 0
+def create_in_order(h, ids):
+    done = []
+    for pid in ids:
+        code = err(n.nvmlDeviceCreateGpuInstance, h, pid)
+        if code:
+            return done, code
+        done.append(pid)
+    return done, 0
+"""
+
+
+def run(host, code):
+    return host.run_python(PRELUDE + textwrap.dedent(code)).result
+
+
+@pytest.mark.parametrize("model", ["A100-SXM4-40GB", "A100-SXM4-80GB", "H100-80GB-HBM3", "H200"])
+def test_documented_creation_order_fact(sim_host, model):
+    """MIG user guide: `-cgi 19,19,14,9` fails with Insufficient Resources, `9,19,14,19` succeeds."""
+    host = sim_host(model, 2, mig_enabled=True)
+    got = run(host, """
+        n.nvmlInit()
+        emit([create_in_order(n.nvmlDeviceGetHandleByIndex(0), [19, 19, 14, 9]),
+              create_in_order(n.nvmlDeviceGetHandleByIndex(1), [9, 19, 14, 19])])
+    """)
+    assert got[0] == [[19, 19, 14], 23]  # NVML_ERROR_INSUFFICIENT_RESOURCES on the 3g instance
+    assert got[1] == [[9, 19, 14, 19], 0]
+    layout = sorted((gi["placement"]["start"], gi["placement"]["size"], gi["profile_id"])
+                    for gi in host.summary()["gpus"][1]["gpu_instances"])
+    assert layout == [(0, 2, 14), (2, 1, 19), (3, 1, 19), (4, 4, 9)]  # a valid 3-2-1-1 geometry
+
+
+def test_processes_keep_a_mode_change_pending(sim_host):
+    host = sim_host("A100-SXM4-40GB", 1)
+    host.add_process(0, 1234, 1000)
+    got = run(host, """
+        n.nvmlInit()
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        emit([n.nvmlDeviceSetMigMode(h, 1), n.nvmlDeviceGetMigMode(h), err(n.nvmlDeviceCreateGpuInstance, h, 19)])
+    """)
+    assert got == [19, [0, 1], 3]  # activation IN_USE, pending enable, no instances yet
+    with pytest.raises(hoststate.SimHostError, match="in use by pids"):
+        host.reset_gpu(0)
+    host.remove_processes(0, 1234)
+    host.reset_gpu(0)  # nvidia-smi -r once the GPU is free
+    assert host.summary()["gpus"][0]["mig_mode"] == {"current": 1, "pending": 1}
+
+
+def test_reset_unsupported_needs_a_reboot(sim_host):
+    host = sim_host("H100-80GB-HBM3", 2, faults=["reset_unsupported"])
+    got = run(host, """
+        n.nvmlInit()
+        h = n.nvmlDeviceGetHandleByIndex(1)
+        emit([n.nvmlDeviceSetMigMode(h, 1), n.nvmlDeviceGetMigMode(h)])
+    """)
+    assert got == [16, [0, 1]]  # NVML_ERROR_RESET_REQUIRED: a VM, reboot to activate
+    with pytest.raises(hoststate.SimHostError, match="not supported"):
+        host.reset_gpu(1)
+    host.add_process(0, 99, 10)
+    summary = host.reboot()
+    assert summary["boot"] == 1
+    assert [g["mig_mode"] for g in summary["gpus"]] == [{"current": 0, "pending": 0}, {"current": 1, "pending": 1}]
+    assert summary["gpus"][0]["processes"] == []
+
+
+def test_mig_mode_needs_reset_fault_and_reset_drops_instances(sim_host):
+    host = sim_host("A30", 1, faults={"mig_mode_needs_reset": 1})
+    got = run(host, """
+        n.nvmlInit()
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        emit([n.nvmlDeviceSetMigMode(h, 1), n.nvmlDeviceGetMigMode(h)])
+    """)
+    assert got == [16, [0, 1]]
+    host.reset_gpu(0)
+    run(host, """
+        n.nvmlInit()
+        n.nvmlDeviceCreateGpuInstance(n.nvmlDeviceGetHandleByIndex(0), 0)
+    """)
+    assert len(host.summary()["gpus"][0]["gpu_instances"]) == 1
+    host.reset_gpu(0)
+    assert host.summary()["gpus"][0]["gpu_instances"] == []  # MIG devices do not survive a reset
+
+
+def test_no_profiles_when_mig_off(sim_host):
+    host = sim_host("H200", 1, faults=["no_profiles_when_mig_off"])
+    code = """
+        n.nvmlInit()
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        emit([err(n.nvmlDeviceGetGpuInstanceProfileInfo, h, 0),
+              err(n.nvmlDeviceGetGpuInstanceRemainingCapacity, h, 19)])
+        n.nvmlDeviceSetMigMode(h, 1)
+    """
+    assert run(host, code) == [3, 3]  # NOT_SUPPORTED while MIG is off
+    assert run(host, code) == [0, 0]  # the table appears once MIG is on
+    host.set_fault(None, "no_profiles_when_mig_off", 0)
+    assert host.summary()["faults"] == []
+
+
+def test_no_permission(sim_host):
+    host = sim_host("A100-SXM4-80GB", 2, mig_enabled=True)
+    host.set_fault(1, "no_permission")
+    got = run(host, """
+        n.nvmlInit()
+        h0, h1 = n.nvmlDeviceGetHandleByIndex(0), n.nvmlDeviceGetHandleByIndex(1)
+        emit([err(n.nvmlDeviceSetMigMode, h1, 0), err(n.nvmlDeviceCreateGpuInstance, h1, 19),
+              n.nvmlDeviceGetMigMode(h1), err(n.nvmlDeviceCreateGpuInstance, h0, 19)])
+    """)
+    assert got == [4, 4, [1, 1], 0]  # NO_PERMISSION on GPU 1 only; reads still work
+    assert host.summary()["gpus"][1]["faults"] == ["no_permission"]
+
+
+def test_gpu_held_blocks_destroy(sim_host):
+    host = sim_host("H200", 1, mig_enabled=True)
+    run(host, """
+        n.nvmlInit()
+        n.nvmlGpuInstanceCreateComputeInstance(n.nvmlDeviceCreateGpuInstance(n.nvmlDeviceGetHandleByIndex(0), 9), 2)
+    """)
+    gi = host.summary()["gpus"][0]["gpu_instances"][0]
+    host.add_process(0, 555, 4096, gi_id=gi["id"], ci_id=0)
+    got = run(host, """
+        n.nvmlInit()
+        gi = n.nvmlDeviceGetGpuInstanceById(n.nvmlDeviceGetHandleByIndex(0), %d)
+        ci = n.nvmlGpuInstanceGetComputeInstanceById(gi, 0)
+        emit([err(n.nvmlComputeInstanceDestroy, ci), err(n.nvmlGpuInstanceDestroy, gi)])
+    """ % gi["id"])
+    assert got == [19, 19]
+    assert len(host.summary()["gpus"][0]["gpu_instances"]) == 1
+
+
+def test_one_process_creates_another_sees(sim_host):
+    host = sim_host("A100-SXM4-40GB", 1, mig_enabled=True)
+    # A long-lived reader (like a node agent) initialises first, then another process changes the hardware.
+    reader = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, pynvml as n
+        n.nvmlInit()
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        print(n.nvmlDeviceGetGpuInstanceRemainingCapacity(h, 19), flush=True)
+        sys.stdin.readline()
+        print(n.nvmlDeviceGetGpuInstanceRemainingCapacity(h, 19), flush=True)
+    """)], env=host.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "7"
+        run(host, """
+            n.nvmlInit()
+            h = n.nvmlDeviceGetHandleByIndex(0)
+            for _ in range(3):
+                n.nvmlDeviceCreateGpuInstance(h, 19)
+        """)
+        reader.stdin.write("go\n")
+        reader.stdin.flush()
+        assert reader.stdout.readline().strip() == "4"
+    finally:
+        reader.communicate(timeout=30)
+    got = run(host, """
+        n.nvmlInit()
+        emit(n.nvmlDeviceGetGpuInstanceRemainingCapacity(n.nvmlDeviceGetHandleByIndex(0), 19))
+    """)
+    assert got == 4
+
+
+def test_concurrent_creators_never_overlap(sim_host):
+    host = sim_host("H200", 1, mig_enabled=True)
+    code = PRELUDE + textwrap.dedent("""
+        import sys
+        n.nvmlInit()
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        made = 0
+        while not err(n.nvmlDeviceCreateGpuInstance, h, 19):
+            made += 1
+        print(made)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=host.env, stdout=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    made = [int(p.communicate(timeout=60)[0]) for p in procs]
+    assert sum(made) == 7
+    starts = sorted(gi["placement"]["start"] for gi in host.summary()["gpus"][0]["gpu_instances"])
+    assert starts == list(range(7))
+
+
+def test_simhost_cli(tmp_path, gpusim_lib_dir):
+    state = tmp_path / "cli.state"
+    cli = [sys.executable, "-m", "tests.testbed.gpusim.simhost"]
+    out = subprocess.run(cli + ["create", "--state", str(state), "--model", "NVIDIA H200", "--count", "4",
+                                "--fault", "reset_unsupported", "--seed", "7"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("NVIDIA H200") == 4
+    subprocess.run(cli + ["add-process", "--state", str(state), "--gpu", "2", "--pid", "31", "--used-mb", "64"],
+                   check=True)
+    shown = subprocess.run(cli + ["show", "--state", str(state), "--json"], capture_output=True, text=True, check=True)
+    summary = hoststate.summary(state)
+    assert shown.stdout.strip().startswith("{") and summary["gpus"][2]["processes"][0]["pid"] == 31
+    assert summary["gpus"][0]["faults"] == ["reset_unsupported"]
+    failed = subprocess.run(cli + ["reset", "--state", str(state), "--gpu", "0"], capture_output=True, text=True)
+    assert failed.returncode == 1 and "not supported" in failed.stderr
+    subprocess.run(cli + ["reboot", "--state", str(state)], check=True, capture_output=True)
+    assert hoststate.summary(state)["boot"] == 1
+    env = subprocess.run(cli + ["env", "--state", str(state)], capture_output=True, text=True, check=True).stdout
+    assert "export LD_LIBRARY_PATH=%s" % gpusim_lib_dir in env and "GPUFLEET_SIM_NVML_STATE" in env
+    bad = subprocess.run(cli + ["create", "--state", str(state), "--model", "V100", "--count", "1"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "unknown GPU model" in bad.stderr
