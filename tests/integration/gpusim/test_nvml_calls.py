@@ -281,10 +281,11 @@ def test_running_processes_full_gpu_and_mig_device(sim_host):
         procs = n.nvmlDeviceGetComputeRunningProcesses(h)
         mem = n.nvmlDeviceGetMemoryInfo(h)
         emit({"procs": [[p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId] for p in procs],
-              "used": mem.used, "graphics": len(n.nvmlDeviceGetGraphicsRunningProcesses(h))})
+              "used": mem.used, "graphics": len(n.nvmlDeviceGetGraphicsRunningProcesses(h)),
+              "name": n.nvmlSystemGetProcessName(4242), "other": err(n.nvmlSystemGetProcessName, 1)})
     """)
     assert got == {"procs": [[4242, 2048 * 1024 * 1024, 0xFFFFFFFF, 0xFFFFFFFF]], "used": 2048 * 1024 * 1024,
-                   "graphics": 0}
+                   "graphics": 0, "name": "python3", "other": 6}
     host.remove_processes()
     run(host, """
         n.nvmlInit()

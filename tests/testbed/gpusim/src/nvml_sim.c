@@ -599,6 +599,19 @@ EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) {
 }
 EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return nvmlSystemGetCudaDriverVersion(v); }
 
+/* Name of a process using a simulated GPU (the state's proc name); NOT_FOUND for other pids. */
+EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
+    ENTER();
+    for (int i = 0; i < S.ngpu; i++)
+        for (int j = 0; j < S.gpu[i].nproc; j++)
+            if (S.gpu[i].proc[j].pid == pid) {
+                if (!name || !length) return NVML_ERROR_INVALID_ARGUMENT;
+                snprintf(name, length, "%s", S.gpu[i].proc[j].name); /* truncates like NVML */
+                return NVML_SUCCESS;
+            }
+    return NVML_ERROR_NOT_FOUND;
+}
+
 /* ---- device discovery and identity ---- */
 EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
     ENTER();
