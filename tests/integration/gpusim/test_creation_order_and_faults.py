@@ -194,7 +194,7 @@ def test_concurrent_creators_never_overlap(sim_host):
         print(made)
     """)
     procs = [subprocess.Popen([sys.executable, "-c", code], env=host.env, stdout=subprocess.PIPE, text=True)
-             for _ in range(4)]
+             for _creator in range(4)]
     made = [int(p.communicate(timeout=60)[0]) for p in procs]
     assert sum(made) == 7
     starts = sorted(gi["placement"]["start"] for gi in host.summary()["gpus"][0]["gpu_instances"])
@@ -205,7 +205,7 @@ def test_simhost_cli(tmp_path, gpusim_lib_dir):
     state = tmp_path / "cli.state"
     cli = [sys.executable, "-m", "tests.testbed.gpusim.simhost"]
     out = subprocess.run(cli + ["create", "--state", str(state), "--model", "NVIDIA H200", "--count", "4",
-                                "--fault", "reset_unsupported", "--seed", "7"], capture_output=True, text=True)
+                                "--fault", "reset_unsupported", "--seed", "7"], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("NVIDIA H200") == 4
     subprocess.run(cli + ["add-process", "--state", str(state), "--gpu", "2", "--pid", "31", "--used-mb", "64"],
@@ -214,12 +214,13 @@ def test_simhost_cli(tmp_path, gpusim_lib_dir):
     summary = hoststate.summary(state)
     assert shown.stdout.strip().startswith("{") and summary["gpus"][2]["processes"][0]["pid"] == 31
     assert summary["gpus"][0]["faults"] == ["reset_unsupported"]
-    failed = subprocess.run(cli + ["reset", "--state", str(state), "--gpu", "0"], capture_output=True, text=True)
+    failed = subprocess.run(cli + ["reset", "--state", str(state), "--gpu", "0"], capture_output=True, text=True,
+                            check=False)
     assert failed.returncode == 1 and "not supported" in failed.stderr
     subprocess.run(cli + ["reboot", "--state", str(state)], check=True, capture_output=True)
     assert hoststate.summary(state)["boot"] == 1
     env = subprocess.run(cli + ["env", "--state", str(state)], capture_output=True, text=True, check=True).stdout
     assert "export LD_LIBRARY_PATH=%s" % gpusim_lib_dir in env and "GPUFLEET_SIM_NVML_STATE" in env
     bad = subprocess.run(cli + ["create", "--state", str(state), "--model", "V100", "--count", "1"],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     assert bad.returncode == 1 and "unknown GPU model" in bad.stderr

@@ -107,7 +107,7 @@ def _parse_line(line):
     kind, record = parts[0], {}
     ints = _INT_FIELDS.get(kind, set())
     for token in parts[1:]:
-        key, _, raw = token.partition("=")
+        key, _sep, raw = token.partition("=")
         value = unquote(raw)
         record[key] = int(value, 0) if key in ints else value
     return kind, record

@@ -54,7 +54,7 @@ class SimHost(object):
             "    print(%r + _json.dumps(obj), flush=True)\n" % RESULT_MARK
         )
         proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], env=self.env,
-                              capture_output=True, text=True, timeout=timeout, cwd=os.getcwd())
+                              capture_output=True, text=True, timeout=timeout, cwd=os.getcwd(), check=False)
         proc.result = None
         for line in proc.stdout.splitlines():
             if line.startswith(RESULT_MARK):

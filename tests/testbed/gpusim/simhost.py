@@ -65,7 +65,7 @@ def _format(summary):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tests.testbed.gpusim.simhost", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.testbed.gpusim.simhost", description=__doc__.split("\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def cmd(name, help_text):
@@ -131,8 +131,8 @@ def main(argv=None):
                 print("export %s=%s" % (key, shlex.quote(env[key])))
         elif args.command == "models":
             for key, entry in hoststate.catalog()["models"].items():
-                print("%-16s %-24s %s  %d GI profiles" % (key, entry["nvml_name"], entry["pci_device_id"],
-                                                            len(entry["gi_profiles"])))
+                print("%-16s %-24s %s  %d GI profiles"
+                      % (key, entry["nvml_name"], entry["pci_device_id"], len(entry["gi_profiles"])))
     except hoststate.SimHostError as err:
         print("simhost: %s" % err, file=sys.stderr)
         return 1
