@@ -171,20 +171,6 @@ def _config(params):
     return config, source or ("the given config" if config is not None else None)
 
 
-def _layout_text(counts):
-    return "".join("  %s: %d\n" % (name, count) for name, count in sorted(counts.items()) if count) or "  {}\n"
-
-
-def _diff(result):
-    before, after = [], []
-    for gpu in result["gpus"]:
-        before.append("GPU %d (%s): mig %s\n%s" % (gpu["index"], gpu["model"],
-                                                   "on" if gpu["current_mig_enabled"] else "off", _layout_text(gpu["current"])))
-        after.append("GPU %d (%s): mig %s\n%s" % (gpu["index"], gpu["model"],
-                                                  "on" if gpu["mig_enabled"] else "off", _layout_text(gpu["target"])))
-    return {"before": "".join(before), "after": "".join(after)}
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -227,7 +213,7 @@ def main():
                                                       "source", "known") if getattr(exc, k, None) is not None)
         module.fail_json(msg=str(exc), **details)
     if module._diff:
-        output["diff"] = _diff(result)
+        output["diff"] = plan.plan_diff(result)
     if not output["feasible"] and params["fail_on_infeasible"]:
         module.fail_json(msg="MIG layout is not feasible: %s" % output["reason"], **dict(
             (k, v) for k, v in output.items() if k != "changed"))

@@ -298,3 +298,19 @@ def expected_gfd_labels(plan, strategy):
     for profile, count in counts.items():
         labels["nvidia.com/mig-%s.count" % profile_to_config_suffix(profile)] = str(count)
     return labels
+
+
+def _layout_text(counts):
+    return "".join("  %s: %d\n" % (name, count) for name, count in sorted(counts.items()) if count) or "  {}\n"
+
+
+def plan_diff(plan):
+    """Ansible diff ({before, after}) of each GPU's MIG mode and instances."""
+    before, after = [], []
+    for gpu in plan["gpus"]:
+        before.append("GPU %d (%s): mig %s\n%s" % (gpu["index"], gpu["model"], "on" if gpu["current_mig_enabled"] else "off",
+                                                   _layout_text(gpu["current"])))
+        target_on = gpu["mig_enabled"] if gpu["mig_enabled"] is not None else gpu["current_mig_enabled"]
+        after.append("GPU %d (%s): mig %s\n%s" % (gpu["index"], gpu["model"], "on" if target_on else "off",
+                                                  _layout_text(gpu["target"] if gpu["mig_enabled"] is not None else gpu["current"])))
+    return {"before": "".join(before), "after": "".join(after)}

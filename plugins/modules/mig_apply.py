@@ -1,0 +1,234 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: mig_apply
+short_description: Apply a MIG layout to this host's GPUs through NVML (hosts without Kubernetes, or break-glass)
+version_added: 0.1.0
+description:
+  - Reads the GPUs through NVML, plans the layout with the same planner as M(gpufleet.gpu_operator.mig_plan) and
+    fails before any change when the layout does not fit, names an unknown profile, or names an unknown config.
+  - Switches MIG mode where needed and destroys and creates GPU instances (each with one compute instance
+    spanning it, as MIG Manager creates them) at explicit placements. Instances the target still wants stay
+    where they are when the rest fits around them.
+  - Refuses while processes use a GPU it would change and lists them, unless O(force=true).
+  - When a MIG mode change stays pending (the GPU needs a reset, or the host a reboot), reports
+    RV(reset_required) and the GPUs, warns, and creates that GPU's instances on the next run after the reset.
+  - On a failure the GPU being changed is rolled back, nothing further is changed, and the result says for
+    every GPU whether it is in its C(old) or C(new) layout (C(partial) only when the rollback failed too).
+  - On Kubernetes nodes use the GPU Operator's MIG Manager (node label C(nvidia.com/mig.config)) instead, so the
+    device plugin and GFD are paused around the change.
+author:
+  - gpufleet maintainers
+requirements:
+  - nvidia-ml-py (pynvml) and the NVIDIA driver's libnvidia-ml.so.1 on the managed host; root
+options:
+  config_name:
+    description: MIG config name, for example C(all-balanced), C(all-1g.18gb), C(all-disabled).
+    type: str
+  config:
+    description:
+      - A mig-parted v1 config as a dict, as YAML text, or as the path of a YAML file on the managed host.
+      - Without it, O(config_name) is looked up in the config MIG Manager (v0.14 and later) generates from the hardware.
+    type: raw
+  config_source:
+    description: Name of the config's origin used in messages.
+    type: str
+  mig_devices:
+    description: Profile to count applied to every GPU, for example C({"1g.18gb": 7}).
+    type: dict
+  force:
+    description: Change GPUs even while processes use them (those processes lose their GPU).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    details: Makes no NVML write; returns the plan and the actions it would take.
+  diff_mode:
+    support: full
+    details: Each GPU's MIG mode and instances before and after.
+"""
+
+EXAMPLES = r"""
+- name: Split every GPU of a standalone host into all-balanced
+  gpufleet.gpu_operator.mig_apply:
+    config_name: all-balanced
+  become: true
+
+- name: A custom layout on every GPU
+  gpufleet.gpu_operator.mig_apply:
+    mig_devices: {"3g.71gb": 1, "2g.35gb": 1, "1g.18gb": 2}
+  become: true
+  register: mig
+
+- name: Tell the operator a reset is pending
+  ansible.builtin.debug:
+    msg: "GPUs {{ mig.reset_required_gpus }} need a reset (nvidia-smi -r) or a reboot"
+  when: mig.reset_required
+
+- name: Back to whole GPUs
+  gpufleet.gpu_operator.mig_apply:
+    config_name: all-disabled
+  become: true
+"""
+
+RETURN = r"""
+plan:
+  description: The plan applied (see M(gpufleet.gpu_operator.mig_plan) RV(gpufleet.gpu_operator.mig_plan#module:plan)).
+  returned: success or when the layout could not be applied
+  type: dict
+gpu_states:
+  description:
+    - Per GPU index, C(unchanged), C(new) (target applied), C(old) (untouched or rolled back), C(pending-reset)
+      (MIG mode change waits for a reset), or C(partial) (rollback failed; inspect with gpu_info).
+  returned: always when the plan was computed
+  type: dict
+  sample: {"0": "new", "1": "pending-reset"}
+actions:
+  description: NVML changes made, or in check mode the ones that would be made.
+  returned: success
+  type: list
+  elements: str
+reset_required:
+  description: Whether some GPU's MIG mode change waits for a GPU reset or a reboot.
+  returned: success
+  type: bool
+reset_required_gpus:
+  description: Indices of those GPUs.
+  returned: success
+  type: list
+  elements: int
+holders:
+  description: Processes using GPUs the plan changes (C(gpu), C(pid), C(name), C(gpu_instance_id)).
+  returned: when processes were found
+  type: list
+  elements: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import nvml
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import plan as planner
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
+
+
+def _config(params):
+    config, source = params["config"], params["config_source"]
+    if isinstance(config, str) and "\n" not in config and os.path.isfile(config):
+        with open(config) as handle:
+            return handle.read(), source or config
+    return config, source or ("the given config" if config is not None else None)
+
+
+def _planned_actions(plan):
+    actions = []
+    for entry in plan["gpus"]:
+        if not entry["changed"]:
+            continue
+        index = entry["index"]
+        if entry["mode_write_required"] and entry["mig_enabled"]:
+            actions.append("GPU %d: MIG mode on requested" % index)
+        for item in entry["destroy"]:
+            actions.append("GPU %d: destroyed %s at %d:%d" % (index, item["profile"], item["start"], item["size"]))
+        if entry["mode_write_required"] and not entry["mig_enabled"]:
+            actions.append("GPU %d: MIG mode off requested" % index)
+        for item in entry["create"]:
+            actions.append("GPU %d: created %s at %d:%d" % (index, item["profile"], item["start"], item["size"]))
+    return actions
+
+
+def _holder_text(found):
+    return "; ".join("GPU %d: pid %d (%s)%s" % (h["gpu"], h["pid"], h["name"] or "unknown",
+                                                  " on GPU instance %s" % h["gpu_instance_id"] if h["gpu_instance_id"] is not None else "")
+                     for h in found)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            config_name=dict(type="str"),
+            config=dict(type="raw"),
+            config_source=dict(type="str"),
+            mig_devices=dict(type="dict"),
+            force=dict(type="bool", default=False),
+        ),
+        mutually_exclusive=[("config_name", "mig_devices"), ("mig_devices", "config")],
+        required_one_of=[("config_name", "mig_devices")],
+        supports_check_mode=True,
+    )
+    if not nvml.HAS_PYNVML:
+        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=nvml.PYNVML_IMPORT_ERROR)
+    params = module.params
+    try:
+        with nvml.NvmlSession() as session:
+            hardware = {"gpus": [session.read_gpu(i) for i in range(session.device_count())]}
+            if not hardware["gpus"]:
+                module.fail_json(msg="no GPU found on this host; nothing to apply")
+            config, source = _config(params)
+            plan = planner.plan_node(hardware, config_name=params["config_name"], config=config,
+                                     mig_devices=params["mig_devices"], config_source=source)
+            if not plan["feasible"]:
+                module.fail_json(msg="MIG layout is not feasible, nothing changed: %s" % plan["reason"], plan=plan)
+            result = dict(changed=plan["changed"], plan=plan, reset_required=False, reset_required_gpus=[],
+                          gpu_states=dict((e["index"], "unchanged") for e in plan["gpus"]))
+            if module._diff:
+                result["diff"] = planner.plan_diff(plan)
+            pending = [e["index"] for e in plan["gpus"] if e["mode_change_required"] and not e["mode_write_required"]]
+            if not plan["changed"] or module.check_mode:
+                result["actions"] = _planned_actions(plan)
+                result["reset_required"] = bool(pending)
+                result["reset_required_gpus"] = pending
+                module.exit_json(**result)
+            found = nvml.holders(plan, hardware)
+            if found:
+                result["holders"] = found
+                if not params["force"]:
+                    module.fail_json(msg="processes are using GPUs this layout changes, nothing changed (force=true "
+                                         "to proceed): %s" % _holder_text(found), **result)
+                module.warn("changing GPUs in use (force=true): %s" % _holder_text(found))
+            try:
+                applied = nvml.apply_plan(session, plan, hardware)
+            except nvml.ApplyError as exc:
+                states = exc.states
+                module.fail_json(msg="applying the MIG layout failed: %s. GPUs in their new layout: %s; in their old "
+                                     "layout: %s%s" % (exc, [i for i, s in states.items() if s == "new"] or "none",
+                                                       [i for i, s in states.items() if s in ("old", "unchanged")] or "none",
+                                                       "; NOT restored: %s" % [i for i, s in states.items() if s == "partial"]
+                                                       if "partial" in states.values() else ""),
+                                 plan=plan, gpu_states=states)
+            result.update(gpu_states=applied["states"], actions=applied["actions"],
+                          reset_required=bool(applied["reset_required"]), reset_required_gpus=applied["reset_required"])
+            if applied["reset_required"]:
+                module.warn("GPUs %s: the MIG mode change is pending until the GPU is reset (nvidia-smi -r) or the "
+                            "host reboots; their instances are created by the next run after that"
+                            % applied["reset_required"])
+            # Verify what NVML now reports against the target.
+            for entry in plan["gpus"]:
+                if applied["states"].get(entry["index"]) != "new":
+                    continue
+                now = session.read_gpu(entry["index"], processes=False)
+                counts = {}
+                for instance in now["instances"]:
+                    counts[instance["profile"]] = counts.get(instance["profile"], 0) + 1
+                if now["mig"]["current"] != entry["mig_enabled"] or counts != entry["target"]:
+                    module.fail_json(msg="GPU %d: after applying, NVML reports MIG %s with %s, not the planned %s"
+                                         % (entry["index"], "on" if now["mig"]["current"] else "off", counts or "{}",
+                                            entry["target"] or "{}"), **result)
+    except PlanningError as exc:
+        module.fail_json(msg="%s; nothing changed" % exc)
+    except nvml.NvmlError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
