@@ -130,6 +130,7 @@ cache_timeout: 300
 
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.utils.unsafe_proxy import wrap_var
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import cluster_facts
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
@@ -214,7 +215,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self.inventory.add_host(name, group=main_group)
             hostvars = dict((HOSTVAR_PREFIX + key, value) for key, value in summary.items())
             for key, value in hostvars.items():
-                self.inventory.set_variable(name, key, value)
+                # Cluster data is never a template, whatever a label holds (ansible-core < 2.19 trusts plain str).
+                self.inventory.set_variable(name, key, wrap_var(value))
             for group in self._builtin_groups(summary):
                 self.inventory.add_child(self.inventory.add_group(group), name)
             self._set_composite_vars(self.get_option("compose"), hostvars, name, strict=strict)

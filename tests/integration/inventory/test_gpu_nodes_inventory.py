@@ -61,6 +61,17 @@ def run_inventory(testbed, source, *args, check=True):
     return proc
 
 
+def plain(value):
+    """ansible-core 2.19 writes values not trusted as templates as {"__ansible_unsafe": ...}; unwrap them."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return value["__ansible_unsafe"]
+        return dict((k, plain(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
 def write_source(directory, name="cluster.gpu_nodes.yml", **options):
     options.setdefault("plugin", "gpufleet.gpu_operator.gpu_nodes")
     path = directory / name
@@ -111,7 +122,10 @@ def test_graph_groups_by_model_strategy_config_and_state(testbed, fleet, tmp_pat
 def test_list_host_vars_from_gfd_labels_and_allocatable(testbed, fleet, tmp_path):
     run, selector = fleet
     source = write_source(tmp_path, kubeconfig=testbed.kubeconfig, label_selector=selector)
-    hostvars = json.loads(run_inventory(testbed, source, "--list").stdout)["_meta"]["hostvars"]
+    raw = json.loads(run_inventory(testbed, source, "--list").stdout)["_meta"]["hostvars"]
+    # Cluster data must never be evaluated as a template: a label value like "{{ lookup(...) }}" stays text.
+    assert raw[run + "-h100"]["gpu_mig_config"] == {"__ansible_unsafe": "all-balanced"}
+    hostvars = plain(raw)
 
     h100 = hostvars[run + "-h100"]
     assert h100["gpu_model"] == "NVIDIA-H100-80GB-HBM3"
@@ -148,7 +162,7 @@ def test_label_selector_compose_keyed_groups_and_cpu_nodes(testbed, fleet, tmp_p
         compose={"ansible_connection": "'local'"},
         keyed_groups=[{"key": "gpu_family", "prefix": "family"}],
     )
-    listing = json.loads(run_inventory(testbed, source, "--list").stdout)
+    listing = plain(json.loads(run_inventory(testbed, source, "--list").stdout))
     assert sorted(listing["mig_fleet"]["hosts"]) == sorted([run + "-a100", run + "-h100"])
     assert listing["family_hopper"]["hosts"] == [run + "-h100"]
     assert listing["_meta"]["hostvars"][run + "-a100"]["ansible_connection"] == "local"
