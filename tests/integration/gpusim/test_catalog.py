@@ -72,11 +72,12 @@ def test_catalog_lists_the_required_models_with_sources():
     assert cat["sources"]
     names = {m["nvml_name"] for m in cat["models"].values()}
     assert names == {"NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA H200",
-                     "NVIDIA A30"}
+                     "NVIDIA A30", "Tesla T4"}
+    assert [k for k, m in cat["models"].items() if not m["mig_capable"]] == ["T4"]
     for key, model in cat["models"].items():
         assert model["sources"], key
         assert re.fullmatch(r"0x[0-9A-F]{4}10DE", model["pci_device_id"]), key
-        assert model["memory_slices"] in (4, 8), key
+        assert model["memory_slices"] in ((4, 8) if model["mig_capable"] else (0,)), key
         for prof in model["gi_profiles"]:
             assert any(c["slices"] == prof["slices"] and c["engine_profile"] == "SHARED"
                        for c in prof["ci_profiles"]), (key, prof["name"])  # the C==G profile

@@ -309,3 +309,69 @@ def test_running_processes_full_gpu_and_mig_device(sim_host):
         emit(out)
     """)
     assert got == {"all": [[7, 12, 0]], "12": [7], "13": [], "destroy_busy_ci": 19}
+
+
+def test_pynvml_is_the_unmodified_package(sim_host):
+    host = sim_host("H200", 1)
+    got = run(host, """
+        import importlib.metadata, os
+        n.nvmlInit()
+        emit({"version": importlib.metadata.version("nvidia-ml-py"), "file": n.__file__,
+              "lib": n.nvmlLib._name})
+    """)
+    assert got["version"] == "13.615.71"
+    assert "site-packages" in got["file"]  # the installed wheel, not a patched copy
+    assert got["lib"] == "libnvidia-ml.so.1"  # found through LD_LIBRARY_PATH
+
+
+def test_non_mig_gpu_reports_not_supported(sim_host):
+    host = sim_host("T4", 1)
+    got = run(host, """
+        n.nvmlInit()
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        emit([n.nvmlDeviceGetName(h), err(n.nvmlDeviceGetMigMode, h), err(n.nvmlDeviceSetMigMode, h, 1),
+              err(n.nvmlDeviceGetGpuInstanceProfileInfo, h, 0), err(n.nvmlDeviceGetMaxMigDeviceCount, h),
+              err(n.nvmlDeviceCreateGpuInstance, h, 19)])
+    """)
+    assert got == ["Tesla T4", 3, 3, 3, 3, 3]
+
+
+def test_versioned_structs_and_compute_instance_placements(sim_host):
+    host = sim_host("H200", 1, mig_enabled=True)
+    got = run(host, """
+        n.nvmlInit()
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        out = {}
+        m = n.c_nvmlMemory_v2_t(); m.version = 0x01000028
+        out["memory_bad_version"] = n._nvmlGetFunctionPointer("nvmlDeviceGetMemoryInfo_v2")(h, ctypes.byref(m))
+        fn = n._nvmlGetFunctionPointer("nvmlDeviceGetGpuInstanceProfileInfoV")
+        info = n.c_nvmlGpuInstanceProfileInfo_v2_t(); info.version = 0x07000098
+        out["gip_bad_version"] = fn(h, 0, ctypes.byref(info))
+        info = n.c_nvmlGpuInstanceProfileInfo_v2_t()
+        out["gip_v2"] = [fn(h, 4, ctypes.byref(info)), info.version, info.id, info.name]
+        gi = n.nvmlDeviceCreateGpuInstance(h, 0)  # 7g.141gb
+        c = ctypes.c_uint(0)
+        n.nvmlGpuInstanceGetComputeInstancePossiblePlacements(gi, 2, None, ctypes.byref(c))
+        arr = (n.c_nvmlComputeInstancePlacement_t * c.value)()
+        n.nvmlGpuInstanceGetComputeInstancePossiblePlacements(gi, 2, arr, ctypes.byref(c))
+        out["ci3_placements"] = [[p.start, p.size] for p in arr]
+        p = n.c_nvmlComputeInstancePlacement_t(); p.start = 4; p.size = 3
+        ci = n.nvmlGpuInstanceCreateComputeInstanceWithPlacement(gi, 2, ctypes.byref(p))
+        i = n.nvmlComputeInstanceGetInfo(ci)
+        out["ci"] = [i.id, i.profileId, i.placement.start, i.placement.size]
+        out["ci_same_placement"] = err(n.nvmlGpuInstanceCreateComputeInstanceWithPlacement, gi, 2, ctypes.byref(p))
+        p.start = 1
+        out["ci_bad_placement"] = err(n.nvmlGpuInstanceCreateComputeInstanceWithPlacement, gi, 2, ctypes.byref(p))
+        out["ci_full_blocked"] = err(n.nvmlGpuInstanceCreateComputeInstance, gi, 4)  # 7c overlaps the 3c
+        out["ci_remaining_1c"] = n.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, 0)
+        v = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 4, 0)
+        out["ci_7c"] = [v.id, v.sliceCount, v.multiprocessorCount, v.sharedOfaCount, v.name]
+        emit(out)
+    """)
+    assert got["memory_bad_version"] == 25 and got["gip_bad_version"] == 25  # ARGUMENT_VERSION_MISMATCH
+    assert got["gip_v2"] == [0, 0, 0, "MIG 7g.141gb"]  # version handed back as 0, as the real R580 driver did
+    assert got["ci3_placements"] == [[0, 3], [4, 3]]
+    assert got["ci"] == [0, 2, 4, 3]
+    assert got["ci_same_placement"] == 23 and got["ci_bad_placement"] == 2 and got["ci_full_blocked"] == 23
+    assert got["ci_remaining_1c"] == 4  # compute slices 0-3 are free
+    assert got["ci_7c"] == [4, 7, 132, 1, "MIG 7g.141gb"]
