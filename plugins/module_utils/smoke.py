@@ -34,10 +34,13 @@ def pod_name(node, resource):
 
 
 def pod_manifest(node, resource, namespace, image, command, runtime_class_name=None):
-    """A pod pinned to ``node`` (through the scheduler, so allocatable is really tested) asking one ``resource``."""
+    """A pod for ``node`` (placed by the scheduler, so allocatable is really tested) asking one ``resource``."""
     spec = {
         "restartPolicy": "Never",
-        "nodeSelector": {"kubernetes.io/hostname": node},
+        # Node affinity on the node's name (as DaemonSets pin their pods): the scheduler still checks the
+        # node's allocatable, and no hostname label is needed.
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
         # GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule; the operator's own pods tolerate it too (§7).
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [{

@@ -10,6 +10,7 @@ hosts of ``cpu_nodes``). What is simulated and what is real is described in docs
 """
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,10 +18,11 @@ from pathlib import Path
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-SANDBOX_DIR = REPO_ROOT / ".sandbox"
+# Overridable so a second sandbox can run beside the demo's (same variables as cluster.py and the inventory).
+SANDBOX_DIR = Path(os.environ.get("GPUFLEET_SANDBOX_DIR") or REPO_ROOT / ".sandbox")
 HOSTS_DIR = SANDBOX_DIR / "hosts"
 NVML_LINK = SANDBOX_DIR / "nvml"
-TESTBED_DIR = REPO_ROOT / ".testbed"
+TESTBED_DIR = Path(os.environ.get("GPUFLEET_TESTBED_DIR") or REPO_ROOT / ".testbed")
 INVENTORY = REPO_ROOT / "inventories" / "sandbox" / "hosts.yml"
 WORKLOADS = Path(__file__).resolve().parent / "workloads.yaml"
 AGENTS_PIDFILE = SANDBOX_DIR / "agents.pid"
