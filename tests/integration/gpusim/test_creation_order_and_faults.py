@@ -224,3 +224,30 @@ def test_simhost_cli(tmp_path, gpusim_lib_dir):
     bad = subprocess.run(cli + ["create", "--state", str(state), "--model", "V100", "--count", "1"],
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 1 and "unknown GPU model" in bad.stderr
+
+
+def test_threads_in_one_process_share_the_library_safely(sim_host):
+    host = sim_host("A100-SXM4-80GB", 4, mig_enabled=True)
+    got = host.run_python(PRELUDE + textwrap.dedent("""
+        import threading
+        n.nvmlInit()
+        results, errors = [], []
+        def worker(index):
+            try:
+                h = n.nvmlDeviceGetHandleByIndex(index)
+                for _round in range(50):
+                    gi = n.nvmlDeviceCreateGpuInstance(h, 19)
+                    results.append((index, n.nvmlGpuInstanceGetInfo(gi).placement.start))
+                    n.nvmlGpuInstanceDestroy(gi)
+                    results.append((index, n.nvmlDeviceGetGpuInstanceRemainingCapacity(h, 19)))
+            except n.NVMLError as exc:
+                errors.append(str(exc))
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        emit({"errors": errors, "values": sorted(set(v for _i, v in results)), "calls": len(results)})
+    """)).result
+    assert got == {"errors": [], "values": [6, 7], "calls": 400}  # highest free 1g slot is 6; all 7 free after
+    assert all(g["gpu_instances"] == [] for g in host.summary()["gpus"])

@@ -21,8 +21,9 @@
  *    quarters 3-6, eighths 7-14 on 8-slice GPUs). Derived.
  * Symbols pynvml may ask for that are not here stay absent: pynvml raises FUNCTION_NOT_FOUND.
  */
-#define _GNU_SOURCE
+#define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP, st_mtim */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -524,7 +525,12 @@ static nvmlReturn_t resolve_gi(nvmlGpuInstance_t h, gpu_t **g, gi_t **gi) {
     return *gi && (*g)->mig_current ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
 }
 
-#define ENTER() do { nvmlReturn_t _r = refresh(); if (_r != NVML_SUCCESS) return _r; } while (0)
+/* One API call at a time per process (pynvml may be used from threads): a recursive mutex held for the
+ * whole call, released on every return path by the cleanup attribute. */
+static pthread_mutex_t api_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static void api_unlock(int *unused) { (void)unused; pthread_mutex_unlock(&api_mutex); }
+#define API_GUARD int api_guard_ __attribute__((cleanup(api_unlock), unused)) = pthread_mutex_lock(&api_mutex)
+#define ENTER() API_GUARD; do { nvmlReturn_t _r = refresh(); if (_r != NVML_SUCCESS) return _r; } while (0)
 #define TRY(x) do { nvmlReturn_t _r = (x); if (_r != NVML_SUCCESS) return _r; } while (0)
 
 static nvmlReturn_t copy_str(char *dst, unsigned int len, const char *src) {
@@ -536,6 +542,7 @@ static nvmlReturn_t copy_str(char *dst, unsigned int len, const char *src) {
 
 /* ---- init / system ---- */
 EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    API_GUARD;
     (void)flags;
     const char *p = getenv("GPUFLEET_SIM_NVML_STATE");
     if (!p || !*p) { warn("GPUFLEET_SIM_NVML_STATE is not set: no simulated driver"); return NVML_ERROR_DRIVER_NOT_LOADED; }
@@ -550,6 +557,7 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
 EXPORT nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
 EXPORT nvmlReturn_t nvmlShutdown(void) {
+    API_GUARD;
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     init_count--;
     return NVML_SUCCESS;
@@ -850,6 +858,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, 
 static void clear_mig_devices(gpu_t *g) { g->ngi = 0; g->nci = 0; }
 
 EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t d, unsigned int mode, nvmlReturn_t *activationStatus) {
+    API_GUARD;
     TRY(begin_mutation());
     gpu_t *g;
     nvmlReturn_t rc = resolve_gpu_only(d, &g);
@@ -1000,6 +1009,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t d, un
 
 static nvmlReturn_t create_gi(nvmlDevice_t d, unsigned int profileId, const nvmlGpuInstancePlacement_t *want,
                               nvmlGpuInstance_t *out) {
+    API_GUARD;
     TRY(begin_mutation());
     gpu_t *g; gip_t *p = NULL;
     nvmlReturn_t rc = resolve_gpu_only(d, &g);
@@ -1038,6 +1048,7 @@ EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t d, uns
     return create_gi(d, profileId, placement, gi);
 }
 EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t h) {
+    API_GUARD;
     TRY(begin_mutation());
     gpu_t *g; gi_t *gi;
     nvmlReturn_t rc = resolve_gi(h, &g, &gi);
@@ -1194,6 +1205,7 @@ static void make_mig_uuid(gpu_t *g, int gi, int ci, char *out, size_t cap) {
 
 static nvmlReturn_t create_ci(nvmlGpuInstance_t h, unsigned profileId, const nvmlComputeInstancePlacement_t *want,
                               nvmlComputeInstance_t *out) {
+    API_GUARD;
     TRY(begin_mutation());
     gpu_t *g; gi_t *gi; cip_t *p = NULL;
     nvmlReturn_t rc = resolve_gi(h, &g, &gi);
@@ -1241,6 +1253,7 @@ static nvmlReturn_t resolve_ci(nvmlComputeInstance_t h, gpu_t **g, gi_t **gi, ci
     return *ci && (*g)->mig_current ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
 }
 EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t h) {
+    API_GUARD;
     TRY(begin_mutation());
     gpu_t *g; gi_t *gi; ci_t *ci;
     nvmlReturn_t rc = resolve_ci(h, &g, &gi, &ci);
