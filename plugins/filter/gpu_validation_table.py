@@ -60,6 +60,7 @@ def validation_rows(checks, smoke=None):
             "model": entry.get("product") or "-",
             "resources": _resources(entry.get("summary")),
             "checks": "ok" if not entry.get("problems") else "%d problem(s)" % len(entry["problems"]),
+            "hardware": "compared" if entry.get("hardware_checked") else "not read",
             "smoke": ("%d/%d ok" % (len(passed), len(ran))) if ran else ("not run" if not smoke_results else "check mode"),
             "result": "PASS" if not failures else "FAIL",
             "failures": failures,
@@ -69,7 +70,7 @@ def validation_rows(checks, smoke=None):
 
 def gpu_validation_table(checks, smoke=None):
     rows = validation_rows(checks, smoke)
-    columns = ("node", "model", "resources", "checks", "smoke", "result")
+    columns = ("node", "model", "resources", "hardware", "checks", "smoke", "result")
     widths = dict((c, max([len(c)] + [len(str(r[c])) for r in rows])) for c in columns)
     lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
     for row in rows:

@@ -42,6 +42,9 @@ options:
           - The node's GPUs as the hardware reports them, C({gpus: [{name, memory_mib, mig_enabled, mig_devices: [profile, ...]}]}).
           - Omit when the host cannot be reached; then only labels and allocatable are compared.
         type: dict
+      hardware_error:
+        description: Why the hardware could not be read on a reachable host; reported as a problem of the node.
+        type: str
   namespace:
     description: Namespace of the operator's operand pods.
     type: str
@@ -69,7 +72,8 @@ strategy:
   returned: always
   type: str
 nodes:
-  description: Per node, C(problems) (list of strings), C(smoke_resources), C(product) and C(summary).
+  description: Per node, C(problems) (list of strings), C(smoke_resources), C(product), C(summary) and
+    C(hardware_checked) (whether labels were compared with hardware facts).
   returned: always
   type: dict
 smoke_targets:
@@ -103,6 +107,7 @@ def main():
         nodes=dict(type="list", elements="dict", required=True, options=dict(
             name=dict(type="str", required=True),
             hardware=dict(type="dict"),
+            hardware_error=dict(type="str"),
         )),
         namespace=dict(type="str", default="gpu-operator"),
         fail_on_problems=dict(type="bool", default=False),
@@ -138,13 +143,17 @@ def main():
         name = entry["name"]
         node = nodes.get(name)
         if node is None:
-            results[name] = {"problems": ["node not found in the cluster"], "smoke_resources": [], "product": None, "summary": {}}
+            results[name] = {"problems": ["node not found in the cluster"], "smoke_resources": [], "product": None, "summary": {},
+                             "hardware_checked": False}
         else:
             checked = validate_node(node, strategy, entry.get("hardware"), node_report(node, operands, pods))
             if policy is None:
                 checked["problems"].insert(0, "ClusterPolicy cluster-policy not found")
+            if entry.get("hardware_error"):
+                checked["problems"].append("hardware not readable on the host: %s" % entry["hardware_error"])
             results[name] = {"problems": checked["problems"], "smoke_resources": checked["smoke_resources"] or ["nvidia.com/gpu"],
-                             "product": checked["summary"]["model"], "summary": checked["summary"]}
+                             "product": checked["summary"]["model"], "summary": checked["summary"],
+                             "hardware_checked": entry.get("hardware") is not None}
         problems.extend("%s: %s" % (name, problem) for problem in results[name]["problems"])
     smoke_targets = [{"node": name, "resources": entry["smoke_resources"], "product": entry["product"]}
                      for name, entry in sorted(results.items()) if name in nodes]
