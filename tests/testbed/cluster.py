@@ -43,9 +43,8 @@ DEFAULT_TIMEOUT = 120.0
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "kwokctl", "helm")
 # Start order; the readiness wait reports the first one that is not healthy.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
-# kwokctl names pid/log files after the binary's file name (runtime/exec.go ForkExec).
-PROCESS_NAMES = {"etcd": "etcd", "kube-apiserver": "kube-apiserver", "kube-controller-manager": "kube-controller-manager",
-                 "kube-scheduler": "kube-scheduler", "kwok-controller": "kwok"}
+# kwokctl links each binary into <cluster>/bin/<component> and names pid/log files after it
+# (runtime/exec.go ForkExec; seen in `kwokctl create cluster --dry-run`).
 PORT_OPTIONS = ("kubeApiserverPort", "etcdPort", "etcdPeerPort", "kubeControllerManagerPort",
                 "kubeSchedulerPort", "kwokControllerPort")
 # One lock for every cluster on this machine: port choice and process start are not atomic.
@@ -130,11 +129,11 @@ class Cluster:
         return self.directory / ("kwokctl-%s.yaml" % self.name)
 
     def log_path(self, component):
-        return self.cluster_dir / "logs" / ("%s.log" % PROCESS_NAMES[component])
+        return self.cluster_dir / "logs" / ("%s.log" % component)
 
     def pid(self, component):
         try:
-            return int((self.cluster_dir / "pids" / ("%s.pid" % PROCESS_NAMES[component])).read_text().strip())
+            return int((self.cluster_dir / "pids" / ("%s.pid" % component)).read_text().strip())
         except (OSError, ValueError):
             return None
 
@@ -285,25 +284,52 @@ class Cluster:
             self.down()  # half-dead leftovers: start clean rather than patch them up
         with open(START_LOCK, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            deadline = time.monotonic() + timeout
             self._write_config()
             if self.kubeconfig.exists():
                 self.kubeconfig.unlink()  # kwokctl merges into an existing file; we want only this cluster
             try:
-                self._kwokctl("create", "cluster", "--config", str(self.config_path),
-                              "--kubeconfig", str(self.kubeconfig), "--wait", "%ds" % int(timeout), timeout=timeout + 30)
-                self.wait_ready(timeout=max(5.0, timeout - (time.monotonic() - started)))
-            except (TestbedError, subprocess.TimeoutExpired) as exc:
-                detail = str(exc)
-                if isinstance(exc, subprocess.TimeoutExpired):
-                    detail = "kwokctl create cluster timed out after %ss" % exc.timeout
+                self._create(deadline)
+                self.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
+            except TestbedError as exc:
                 unhealthy = [c for c, s in self.status().items() if not s["healthy"]]
                 logs = "\n".join("--- %s (%s):\n%s" % (c, self.log_path(c), self.log_tail(c)) for c in unhealthy[:2])
                 self.down()
                 # Components start in order, so the first unhealthy one is the cause; later ones follow from it.
                 raise TestbedError("testbed %r failed to start (first unhealthy: %s; not healthy: %s): %s\n%s"
                                    % (self.name, unhealthy[0] if unhealthy else "none",
-                                      ", ".join(unhealthy) or "none", detail, logs))
+                                      ", ".join(unhealthy) or "none", exc, logs))
         return time.monotonic() - started
+
+    def _create(self, deadline):
+        """Run `kwokctl create cluster`; fail fast when a component it started dies or time runs out.
+
+        kwokctl's own --wait does not bound how long it waits for a dead etcd, hence the watch here.
+        """
+        env = dict(os.environ, KWOK_WORKDIR=str(self.kwok_workdir), KWOK_RUNTIME="binary")
+        cmd = [str(self.bin_dir / "kwokctl"), "--name", self.name, "create", "cluster",
+               "--config", str(self.config_path), "--kubeconfig", str(self.kubeconfig)]
+        with tempfile.TemporaryFile("w+") as output:
+            proc = subprocess.Popen(cmd, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
+            try:
+                while proc.poll() is None:
+                    dead = [c for c in COMPONENTS if self.pid(c) is not None and not pid_alive(self.pid(c))]
+                    if dead:
+                        raise TestbedError("%s exited while the cluster was starting" % dead[0])
+                    if time.monotonic() > deadline:
+                        raise TestbedError("kwokctl create cluster still running at the deadline")
+                    time.sleep(0.2)
+            finally:
+                if proc.poll() is None:
+                    proc.terminate()  # our own child
+                    try:
+                        proc.wait(10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+            if proc.returncode != 0:
+                output.seek(0)
+                raise TestbedError("%s failed (rc=%d): %s" % (shlex.join(cmd), proc.returncode, output.read()[-3000:]))
 
     def down(self, timeout=30.0):
         """Stop every process of this cluster and remove its files; raise if any process survives."""

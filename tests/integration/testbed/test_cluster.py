@@ -1,0 +1,80 @@
+"""The testbed's own promises: real versions, loopback only, side-by-side clusters, clean teardown."""
+
+import os
+import subprocess
+
+import pytest
+from kubernetes import client
+
+from tests.testbed.cluster import COMPONENTS, Cluster, TestbedError, pids_mentioning
+
+
+def _listening(port):
+    """Local addresses listening on ``port`` (from /proc/net/tcp and tcp6)."""
+    found = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, hexport = local.split(":")
+                if state == "0A" and int(hexport, 16) == port:  # 0A = LISTEN
+                    found.add(addr if width == 8 else "v6:" + addr)
+    return found
+
+
+def test_server_reports_the_stamped_release(testbed):
+    version = client.VersionApi(testbed.api_client()).get_code()
+    # build.sh stamps the release with ldflags; unstamped builds report v0.0.0-master (reference §1.4).
+    assert version.git_version.startswith("v1.36."), version
+    assert (version.major, version.minor) == ("1", "36")
+    assert "v3." in testbed.helm("version", "--short").stdout
+
+
+def test_components_listen_on_loopback_only(testbed):
+    assert testbed.cluster is not None, "reused kubeconfig is not <dir>/kubeconfig of a tests/testbed/cluster.py cluster"
+    ports = testbed.cluster.ports()
+    assert len(ports) == 6 and all(ports.values()), ports
+    loopback = "0100007F"  # 127.0.0.1 in /proc/net/tcp's little-endian hex
+    for option, port in ports.items():
+        assert _listening(port) == {loopback}, "%s (port %s) listens on %s" % (option, port, _listening(port))
+    assert all(s["healthy"] for s in testbed.cluster.status().values())
+
+
+def test_second_cluster_runs_side_by_side_and_leaves_no_process(testbed, tmp_path):
+    side = Cluster(name="side-%d" % os.getpid(), directory=tmp_path / "side", bin_dir=testbed.bin_dir)
+    try:
+        side.up(timeout=90)
+        assert set(side.ports().values()).isdisjoint(testbed.cluster.ports().values())
+        out = subprocess.run([str(testbed.bin_dir / "kubectl"), "--kubeconfig", str(side.kubeconfig), "get", "ns",
+                              "default", "-o", "name"], capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "namespace/default"
+        assert testbed.kubectl("get", "--raw", "/readyz").stdout == "ok"
+        pids = [side.pid(c) for c in COMPONENTS]
+        assert all(pids), pids
+    finally:
+        side.down()
+    assert pids_mentioning(str(side.cluster_dir) + os.sep) == []
+    pgrep = subprocess.run(["pgrep", "-f", str(side.cluster_dir)], capture_output=True, text=True)
+    assert pgrep.returncode == 1 and pgrep.stdout == "", "pgrep still finds: %s" % pgrep.stdout
+    assert not side.kubeconfig.exists()
+    assert testbed.kubectl("get", "--raw", "/readyz").stdout == "ok", "the session cluster survived"
+
+
+def test_start_failure_names_the_component(testbed, tmp_path):
+    """A component that cannot start is named in the error, and nothing is left running."""
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    for binary in testbed.bin_dir.iterdir():
+        (bins / binary.name).symlink_to(binary)
+    (bins / "etcd").unlink()
+    # Answers kwokctl's version probe like etcd, then dies like a broken etcd would.
+    (bins / "etcd").write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'etcd Version: 3.6.16'; exit 0; }\n"
+                               "echo 'simulated etcd crash' >&2; exit 1\n")
+    (bins / "etcd").chmod(0o755)
+    broken = Cluster(name="broken-%d" % os.getpid(), directory=tmp_path / "broken", bin_dir=bins)
+    with pytest.raises(TestbedError) as failure:
+        broken.up(timeout=15)
+    message = str(failure.value)
+    assert "first unhealthy: etcd" in message, message
+    assert "simulated etcd crash" in message, message
+    assert pids_mentioning(str(broken.cluster_dir) + os.sep) == []
