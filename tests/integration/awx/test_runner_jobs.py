@@ -1,0 +1,140 @@
+"""The MIG reconfigure job template run the way AWX runs a job: ansible-runner (AWX's engine) with a private data
+dir, the project checked out (this repository), the template's extra vars merged with the survey's answers, the
+kubeconfig credential injected as K8S_AUTH_KUBECONFIG (a ServiceAccount bound to rbac/mig-reconfigure.yaml), the
+job's limit, and the inventory source awx/inventory/fleet.gpu_nodes.yml (the gpu_nodes plugin) - against the
+simulated GPU nodes. A plan-only job (job type check = --check), then an apply job."""
+
+import json
+import os
+import sys
+
+import ansible_runner
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+AWX_DIR = os.path.join(ROOT, "awx")
+CONFIG = "nvidia.com/mig.config"
+STATE = "nvidia.com/mig.config.state"
+# all-balanced on an H100 80GB: 2 x 1g.10gb, 1 x 2g.20gb, 1 x 3g.40gb per GPU (reference §4.2 static config).
+H100_BALANCED_PER_GPU = {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-3g.40gb": 1}
+
+
+class _AwxLoader(yaml.SafeLoader):
+    pass
+
+
+_AwxLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+
+
+def reconfigure_template_extra_vars():
+    """The extra vars saved on the reconfigure job template by awx/configure.yml (as AWX stores them)."""
+    with open(os.path.join(AWX_DIR, "configure.yml")) as handle:
+        play = yaml.load(handle, Loader=_AwxLoader)[0]  # noqa: S506 - SafeLoader subclass
+    return dict(play["vars"]["gpufleet_awx_reconfigure_extra_vars"])
+
+
+def survey_defaults():
+    with open(os.path.join(AWX_DIR, "surveys", "mig-reconfigure.json")) as handle:
+        return dict((q["variable"], q.get("default")) for q in json.load(handle)["spec"])
+
+
+def run_job(tmp_path, name, kubeconfig, limit, answers, check, isolation):
+    """One AWX-style job; returns the ansible_runner Runner."""
+    private = tmp_path / name
+    (private / "inventory").mkdir(parents=True)
+    # The inventory source from the project, as the inventory update runs it.
+    with open(os.path.join(AWX_DIR, "inventory", "fleet.gpu_nodes.yml")) as handle:
+        (private / "inventory" / "fleet.gpu_nodes.yml").write_text(handle.read())
+    # Credential injection: kubeconfig content written to a file in the private data dir.
+    injected = private / "kubeconfig"
+    injected.write_text(open(kubeconfig).read())
+    extravars = reconfigure_template_extra_vars()
+    extravars.update(survey_defaults())
+    extravars.update(answers)
+    extravars.update(isolation)
+    bin_dir = os.path.dirname(sys.executable)
+    return ansible_runner.run(
+        private_data_dir=str(private),
+        project_dir=ROOT,
+        playbook="mig-reconfigure.yml",
+        inventory=str(private / "inventory" / "fleet.gpu_nodes.yml"),
+        extravars=extravars,
+        envvars={"K8S_AUTH_KUBECONFIG": str(injected), "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
+                 "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+                 "ANSIBLE_PYTHON_INTERPRETER": sys.executable},
+        cmdline="--check" if check else None,
+        limit=",".join(limit),
+        quiet=True,
+        timeout=480,
+    )
+
+
+def task_results(runner, task_prefix):
+    return [event["event_data"].get("res", {}) for event in runner.events
+            if event.get("event") == "runner_on_ok"
+            and event["event_data"].get("task", "").startswith(task_prefix)]
+
+
+def tasks_run(runner):
+    return {event["event_data"].get("task") for event in runner.events if event.get("event") == "runner_on_ok"}
+
+
+def node_labels(testbed, name):
+    return dict(testbed.core.read_node(name).metadata.labels or {})
+
+
+def gpu_allocatable(testbed, name):
+    allocatable = testbed.core.read_node(name).status.allocatable or {}
+    return dict((k, int(v)) for k, v in allocatable.items() if k.startswith("nvidia.com/") and v != "0")
+
+
+def automation_kubeconfig(testbed):
+    testbed.kubectl("create", "namespace", "gpu-operator", check=False)
+    testbed.kubectl("apply", "-f", os.path.join(ROOT, "rbac", "mig-reconfigure.yaml"))
+    return testbed.serviceaccount_kubeconfig("gpu-operator", "gpufleet-automation")
+
+
+def test_plan_job_then_apply_job_through_ansible_runner(testbed, gpu_cluster, add_gpu_node, tmp_path):
+    nodes = sorted([add_gpu_node("awx-h100", "H100-80GB-HBM3", 2), add_gpu_node("awx-h100", "H100-80GB-HBM3", 2)])
+    for name in nodes:
+        testbed.wait_for(lambda n=name: gpu_allocatable(testbed, n).get("nvidia.com/gpu") == 2, 90,
+                         "whole GPUs advertised on %s" % name)
+    before = dict((n, node_labels(testbed, n).get(CONFIG)) for n in nodes)
+    kubeconfig = automation_kubeconfig(testbed)
+    answers = {"survey_profile": "all-balanced", "survey_custom_profile": "", "nodes": "", "max_unavailable": "1"}
+    isolation = {"mig_reconfigure_lock_name": "awx-runner-%s" % nodes[0][-6:], "mig_reconfigure_apply_timeout": 120,
+                 "mig_reconfigure_verify_timeout": 60, "mig_reconfigure_drain_timeout": 60}
+
+    plan = run_job(tmp_path, "plan", kubeconfig, nodes, answers, check=True, isolation=isolation)
+    assert plan.status == "successful", "plan job %s rc=%s:\n%s" % (plan.status, plan.rc, plan.stdout.read()[-6000:])
+    planned = task_results(plan, "Plan every node")
+    assert planned, "the plan job did not plan"
+    assert sorted(p["node"] for p in planned[0]["plan"]) == nodes
+    assert not any(t and t.startswith("Reconfigure") for t in tasks_run(plan)), "check job went past the plan"
+    for name in nodes:
+        assert node_labels(testbed, name).get(CONFIG) == before[name], "plan job changed %s" % name
+
+    apply = run_job(tmp_path, "apply", kubeconfig, nodes, answers, check=False, isolation=isolation)
+    assert apply.status == "successful", "apply job %s rc=%s:\n%s" % (apply.status, apply.rc,
+                                                                      apply.stdout.read()[-6000:])
+    for name in nodes:
+        labels = node_labels(testbed, name)
+        assert labels.get(CONFIG) == "all-balanced" and labels.get(STATE) == "success", labels
+        assert gpu_allocatable(testbed, name) == dict((k, 2 * v) for k, v in H100_BALANCED_PER_GPU.items())
+        assert testbed.core.read_node(name).spec.unschedulable in (None, False)
+
+
+def test_custom_profile_answer_reaches_the_playbook(testbed, gpu_cluster, add_gpu_node, tmp_path):
+    """Survey 'custom' + free text: the template's extra vars turn it into profile=<text>; an unknown name is
+    refused by the playbook's pre-flight before anything changes."""
+    name = add_gpu_node("awx-custom", "H100-80GB-HBM3", 1)
+    testbed.wait_for(lambda: gpu_allocatable(testbed, name).get("nvidia.com/gpu") == 1, 90, "GPU on %s" % name)
+    before = node_labels(testbed, name).get(CONFIG)
+    answers = {"survey_profile": "custom", "survey_custom_profile": " no-such-layout ", "nodes": name,
+               "max_unavailable": "1"}
+    job = run_job(tmp_path, "custom", automation_kubeconfig(testbed), [name], answers, check=True,
+                  isolation={"mig_reconfigure_lock_name": "awx-custom-%s" % name[-6:]})
+    output = job.stdout.read()
+    assert job.status == "failed", output[-4000:]
+    assert "no-such-layout" in output
+    assert node_labels(testbed, name).get(CONFIG) == before
