@@ -338,8 +338,17 @@ static int parse_state(const char *text) {
         }
     }
     if (!header) { warn("%s is not a gpusim state file", state_path); return -1; }
-    for (int i = 0; i < S.ngpu; i++)
-        if (S.gpu[i].index != i) { warn("GPU records out of order at %d", i); return -1; }
+    for (int i = 0; i < S.ngpu; i++) {
+        gpu_t *g = &S.gpu[i];
+        if (g->index != i) { warn("GPU records out of order at %d", i); return -1; }
+        /* handle tables are indexed by GI id and CI id */
+        for (int j = 0; j < g->ngi; j++)
+            if (g->gi[j].id < 0 || g->gi[j].id >= MAX_GI) { warn("GPU %d: GI id %d out of range", i, g->gi[j].id); return -1; }
+        for (int j = 0; j < g->nci; j++)
+            if (g->ci[j].gi < 0 || g->ci[j].gi >= MAX_GI || g->ci[j].id < 0 || g->ci[j].id >= MAX_CI_PER_GI) {
+                warn("GPU %d: CI %d/%d out of range", i, g->ci[j].gi, g->ci[j].id); return -1;
+            }
+    }
     return 0;
 }
 
