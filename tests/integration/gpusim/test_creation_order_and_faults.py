@@ -251,3 +251,26 @@ def test_threads_in_one_process_share_the_library_safely(sim_host):
     """)).result
     assert got == {"errors": [], "values": [6, 7], "calls": 400}  # highest free 1g slot is 6; all 7 free after
     assert all(g["gpu_instances"] == [] for g in host.summary()["gpus"])
+
+
+def test_in_process_use_after_preloading(sim_host, gpusim_lib_dir):
+    """One process, several hosts: preload the library, then switch GPUFLEET_SIM_NVML_STATE per nvmlInit."""
+    first, second = sim_host("H200", 2), sim_host("A30", 1)
+    env = dict(first.env)
+    env.pop("LD_LIBRARY_PATH")  # not on the search path: the preload alone must make pynvml find it
+    code = textwrap.dedent("""
+        import os, sys, pynvml as n
+        from tests.testbed.gpusim.simhost import preload_library
+        preload_library(sys.argv[1])
+        out = []
+        for state in sys.argv[2:]:
+            os.environ["GPUFLEET_SIM_NVML_STATE"] = state
+            n.nvmlInit()
+            out.append([n.nvmlDeviceGetCount(), n.nvmlDeviceGetName(n.nvmlDeviceGetHandleByIndex(0))])
+            n.nvmlShutdown()
+        print(out)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code, gpusim_lib_dir, first.state_path, second.state_path],
+                          env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[[2, 'NVIDIA H200'], [1, 'NVIDIA A30']]"

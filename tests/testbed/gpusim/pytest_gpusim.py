@@ -10,8 +10,9 @@ gets its own state file under the test's tmp_path.
 pynvml resolves libnvidia-ml.so.1 with dlopen at its first nvmlInit and keeps it for the life of the
 process, so a process must have LD_LIBRARY_PATH (and GPUFLEET_SIM_NVML_STATE) set before that. The
 simple way is a subprocess with ``SimHost.env`` - ``SimHost.run_python(code)`` does that. In-process
-use is possible only if nothing in the process has loaded an NVML library yet and LD_LIBRARY_PATH was
-set before the interpreter started (the dynamic loader reads it once).
+use: call ``simhost.preload_library(lib_dir)`` before the first nvmlInit (the dynamic loader reads
+LD_LIBRARY_PATH once, at start, but reuses a library already loaded under the same soname) and set
+GPUFLEET_SIM_NVML_STATE in os.environ before each nvmlInit.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -37,6 +37,17 @@ def library_dir(build=True):
     return subprocess.run(args, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def preload_library(lib_dir):
+    """Load the simulated library into this process so pynvml's later dlopen("libnvidia-ml.so.1") finds it.
+
+    The dynamic loader reads LD_LIBRARY_PATH only at process start; a library already loaded under the
+    same soname is reused instead. Call before the process's first nvmlInit, then point
+    GPUFLEET_SIM_NVML_STATE (os.environ) at a host before each nvmlInit.
+    """
+    import ctypes  # pylint: disable=import-outside-toplevel
+    return ctypes.CDLL(str(Path(lib_dir) / "libnvidia-ml.so.1"), mode=ctypes.RTLD_GLOBAL)
+
+
 def sim_env(state_path, lib_dir, base=None):
     """Environment for a process that should see the simulated host through pynvml."""
     env = dict(base or {})
