@@ -18,3 +18,9 @@ import testinfra
 def host(_testinfra_host):
     rootfs = _testinfra_host.backend.get_variables()["ansible_host"]
     return testinfra.get_host(rootfs, connection="chroot")
+
+
+@pytest.fixture
+def instance_name(_testinfra_host):
+    """The Molecule platform name of the instance under test."""
+    return _testinfra_host.backend.host
