@@ -317,8 +317,13 @@ def test_pynvml_is_the_unmodified_package(sim_host):
         import importlib.metadata, os
         n.nvmlInit()
         emit({"version": importlib.metadata.version("nvidia-ml-py"), "file": n.__file__,
-              "lib": n.nvmlLib._name})
+              "lib": n.nvmlLib._name,
+              "symbols": [hasattr(n.nvmlLib, s) for s in ("nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags",
+                                                           "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetPciInfo_v3",
+                                                           "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
+                                                           "nvmlDeviceGetComputeRunningProcesses_v3")]})
     """)
+    assert got["symbols"] == [True] * 7
     assert got["version"] == "13.615.71"
     assert "site-packages" in got["file"]  # the installed wheel, not a patched copy
     assert got["lib"] == "libnvidia-ml.so.1"  # found through LD_LIBRARY_PATH
