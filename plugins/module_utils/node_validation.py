@@ -46,9 +46,24 @@ def _mig_enabled(gpu):
 
 
 def _mig_profiles(gpu):
+    """One profile name per MIG device: per compute instance of each GPU instance (<C>c.<profile> when C < G)."""
     if "mig_devices" in gpu:
         return list(gpu["mig_devices"] or [])
-    return [instance["profile"] for instance in gpu.get("instances") or [] if instance.get("profile")]
+    devices = []
+    for instance in gpu.get("instances") or []:
+        profile = instance.get("profile")
+        if not profile:
+            continue
+        match = re.match(r"^(\d+)g\.", profile)
+        gi_slices = int(match.group(1)) if match else None
+        computes = instance.get("compute_instances")
+        if computes is None:
+            devices.append(profile)
+            continue
+        for compute in computes:
+            slices = compute.get("slices")
+            devices.append(profile if slices in (None, gi_slices) else "%dc.%s" % (slices, profile))
+    return devices
 
 
 def _memory_mib(gpu):

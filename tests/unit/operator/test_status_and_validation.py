@@ -69,7 +69,9 @@ MIXED_LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/g
 MIXED_ALLOC = {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-3g.40gb": "1"}
 HARDWARE = {"gpus": [
     {"name": "NVIDIA H100 80GB HBM3", "memory_mb": 81559, "mig": {"current": True},
-     "instances": [{"profile": "1g.10gb"}, {"profile": "1g.10gb"}, {"profile": "3g.40gb"}]},
+     "instances": [{"profile": "1g.10gb", "compute_instances": [{"slices": 1}]}, {"profile": "1g.10gb"},
+                   {"profile": "3g.40gb", "compute_instances": [{"slices": 3}]},
+                   {"profile": "3g.40gb", "compute_instances": []}]},
     {"name": "NVIDIA H100 80GB HBM3", "memory_mb": 81559, "mig": {"current": False}, "instances": []},
 ]}
 
