@@ -1,8 +1,15 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
 """Integration tests run against the testbed cluster (tests/testbed/pytest_cluster.py) and the simulators.
 
 Every test under tests/integration gets the ``integration`` marker, so ``-m "not integration"``
 deselects the lot.
 """
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 from pathlib import Path
 

@@ -69,7 +69,7 @@ def free_ports(count):
     """Ports the kernel hands out for 127.0.0.1 right now (held together so they are distinct)."""
     socks = []
     try:
-        for _ in range(count):
+        for dummy in range(count):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind(("127.0.0.1", 0))
             socks.append(s)
@@ -150,7 +150,7 @@ class Cluster:
     def _kwokctl(self, *args, check=True, timeout=None):
         env = dict(os.environ, KWOK_WORKDIR=str(self.kwok_workdir), KWOK_RUNTIME="binary")
         cmd = [str(self.bin_dir / "kwokctl"), "--name", self.name, *args]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         if check and proc.returncode != 0:
             raise TestbedError("%s failed (rc=%d):\n%s%s" % (shlex.join(cmd), proc.returncode, proc.stdout, proc.stderr))
         return proc
@@ -258,7 +258,7 @@ class Cluster:
         while True:
             proc = subprocess.run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig),
                                    "get", "serviceaccount", "default", "-n", "default", "-o", "name"],
-                                  capture_output=True, text=True)
+                                  capture_output=True, text=True, check=False)
             if proc.returncode == 0:
                 return
             if time.monotonic() > deadline:
@@ -354,7 +354,7 @@ class Cluster:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("action", choices=["up", "down", "env", "status"])
     parser.add_argument("--name", default=os.environ.get("GPUFLEET_TESTBED_NAME", DEFAULT_NAME))
     parser.add_argument("--dir", default=os.environ.get("GPUFLEET_TESTBED_DIR", str(DEFAULT_DIR)))

@@ -1,4 +1,11 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
 """The testbed's own promises: real versions, loopback only, side-by-side clusters, clean teardown."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 import os
 import subprocess
@@ -54,7 +61,7 @@ def test_second_cluster_runs_side_by_side_and_leaves_no_process(testbed, tmp_pat
     finally:
         side.down()
     assert pids_mentioning(str(side.cluster_dir) + os.sep) == []
-    pgrep = subprocess.run(["pgrep", "-f", str(side.cluster_dir)], capture_output=True, text=True)
+    pgrep = subprocess.run(["pgrep", "-f", str(side.cluster_dir)], capture_output=True, text=True, check=False)
     assert pgrep.returncode == 1 and pgrep.stdout == "", "pgrep still finds: %s" % pgrep.stdout
     assert not side.kubeconfig.exists()
     assert testbed.kubectl("get", "--raw", "/readyz").stdout == "ok", "the session cluster survived"

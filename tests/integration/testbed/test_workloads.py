@@ -1,7 +1,14 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
 """The testbed behaves like a cluster for the things this collection relies on.
 
 Each test creates its own uniquely named nodes and namespace, so they share one cluster.
 """
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 import json
 import threading
@@ -46,14 +53,16 @@ def node_label(request):
 
 def test_deployment_pods_run_on_kwok_nodes_and_can_be_deleted(testbed, testbed_namespace, testbed_node, node_label):
     key, value = node_label
-    nodes = [testbed_node("deploy", labels={key: value}).metadata.name for _ in range(2)]
+    nodes = [testbed_node("deploy", labels={key: value}).metadata.name for dummy in range(2)]
     apps = client.AppsV1Api(testbed.api_client())
     labels = {"app": "sleeper"}
     apps.create_namespaced_deployment(testbed_namespace, _deployment("sleeper", 4, {key: value}, labels))
 
-    pods = testbed.wait_for(
-        lambda: (lambda r: r if len(r) == 4 else None)(_running(_pods(testbed, testbed_namespace, "app=sleeper"))),
-        60, "4 sleeper pods Running")
+    def four_running():
+        running = _running(_pods(testbed, testbed_namespace, "app=sleeper"))
+        return running if len(running) == 4 else None
+
+    pods = testbed.wait_for(four_running, 60, "4 sleeper pods Running")
     assert {p.spec.node_name for p in pods} <= set(nodes)
     assert all(p.status.pod_ip for p in pods), "kwok gives Running pods an IP"
 
@@ -72,7 +81,7 @@ def test_deployment_pods_run_on_kwok_nodes_and_can_be_deleted(testbed, testbed_n
 
 def test_daemonset_follows_node_selector_label(testbed, testbed_namespace, testbed_node, node_label):
     key, value = node_label
-    matching = [testbed_node("ds-on", labels={key: value}).metadata.name for _ in range(2)]
+    matching = [testbed_node("ds-on", labels={key: value}).metadata.name for dummy in range(2)]
     other = testbed_node("ds-off", labels={key: "elsewhere"}).metadata.name
     apps = client.AppsV1Api(testbed.api_client())
     labels = {"app": "agent"}
