@@ -17,7 +17,7 @@ if [ ! -f "$out/libnvidia-ml.so.1" ]; then
   # -fvisibility=hidden: only EXPORT-marked NVML symbols are visible, so pynvml sees FUNCTION_NOT_FOUND for the rest.
   "$CC" -std=c11 -O2 -g -Wall -Wextra -Werror -Wno-format-truncation -fPIC -shared -fvisibility=hidden -pthread \
     -Wl,-soname,libnvidia-ml.so.1 -o "$tmp" "$here"/src/*.c
-  mv -f "$tmp" "$out/libnvidia-ml.so.1"
+  chmod 0755 "$tmp" && mv -f "$tmp" "$out/libnvidia-ml.so.1"
   ln -sfn libnvidia-ml.so.1 "$out/libnvidia-ml.so"
 fi
 echo "$out"
