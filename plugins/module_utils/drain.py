@@ -86,26 +86,26 @@ def classify_pods(pods, pod_scope="gpu", runtime_classes=DEFAULT_GPU_RUNTIME_CLA
                   delete_emptydir_data=False):
     """Split a node's pods into what the drain evicts, waits for, leaves alone, and what blocks it.
 
-    Returns a dict with lists ``evict``, ``terminating``, ``skipped`` and ``blockers`` of pod summaries.
+    Returns a dict with lists ``evict``, ``terminating``, ``left_alone`` and ``blockers`` of pod summaries.
     DaemonSet pods are never evicted: GPU Operator operands are paused by MIG Manager through their
     ``nvidia.com/gpu.deploy.*`` labels (nvidia-gpu-operator-and-mig.md §3.6 step 7), and a DaemonSet would
     recreate anything else on the cordoned node anyway.
     """
-    plan = {"evict": [], "terminating": [], "skipped": [], "blockers": []}
+    plan = {"evict": [], "terminating": [], "left_alone": [], "blockers": []}
     for pod in pods:
         meta = pod.get("metadata") or {}
         phase = (pod.get("status") or {}).get("phase")
         if MIRROR_POD_ANNOTATION in (meta.get("annotations") or {}):
-            plan["skipped"].append(summarize_pod(pod, "static (mirror) pod"))
+            plan["left_alone"].append(summarize_pod(pod, "static (mirror) pod"))
             continue
         if "DaemonSet" in _owner_kinds(pod):
-            plan["skipped"].append(summarize_pod(pod, "DaemonSet pod"))
+            plan["left_alone"].append(summarize_pod(pod, "DaemonSet pod"))
             continue
         if phase in ("Succeeded", "Failed"):
-            plan["skipped"].append(summarize_pod(pod, "finished (%s)" % phase))
+            plan["left_alone"].append(summarize_pod(pod, "finished (%s)" % phase))
             continue
         if pod_scope == "gpu" and not is_gpu_pod(pod, runtime_classes):
-            plan["skipped"].append(summarize_pod(pod, "does not use a GPU"))
+            plan["left_alone"].append(summarize_pod(pod, "does not use a GPU"))
             continue
         if meta.get("deletionTimestamp"):
             plan["terminating"].append(summarize_pod(pod, "already terminating"))
@@ -337,6 +337,7 @@ def drain_node(drainer, timeout, check_mode=False):
     deadline = time.monotonic() + timeout
     plan = drainer.plan()
     result = public_plan(plan)
+    result["planned_evictions"] = result.pop("evict")
     result.update({"node": drainer.node_name, "evicted": [], "changed": False, "cordoned": False})
     if plan["blockers"]:
         raise DrainError("node %s: drain refused before any change, pods that cannot be evicted safely: %s" % (

@@ -118,7 +118,12 @@ would_evict:
   returned: check mode, state=drained
   type: list
   elements: dict
-skipped:
+planned_evictions:
+  description: The pods this run planned to evict (the eviction plan; RV(evicted) is what happened).
+  returned: when state=drained
+  type: list
+  elements: dict
+left_alone:
   description: Pods left alone, each with a reason (DaemonSet, no GPU, finished, mirror pod).
   returned: when state=drained
   type: list
@@ -149,6 +154,10 @@ not_evicted:
   returned: on a PDB-blocked failure
   type: list
   elements: str
+duration_s:
+  description: Seconds the run took.
+  returned: success
+  type: float
 cordoned:
   description: Whether the node is cordoned by this module now (true after a drain, also after a failed one).
   returned: when state is drained or cordoned

@@ -134,10 +134,10 @@ def ensure_runtime_class(testbed, name="nvidia"):
 def deploy(testbed, namespace, name, node, replicas=1, resources=None, runtime_class=None, labels=None):
     """A Deployment pinned to ``node`` (so evicted pods come back Pending while it is cordoned)."""
     labels = dict(labels or {}, app=name)
-    spec = {"nodeName": None, "nodeSelector": {"kubernetes.io/hostname": node},
-            "tolerations": [{"operator": "Exists"}],
+    # matchFields on metadata.name: kwok nodes carry no kubernetes.io/hostname label.
+    spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
             "containers": [{"name": "main", "image": "busybox", "resources": {"limits": resources or {}}}]}
-    del spec["nodeName"]
     if runtime_class:
         spec["runtimeClassName"] = runtime_class
     body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},

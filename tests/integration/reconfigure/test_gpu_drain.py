@@ -1,4 +1,5 @@
 """gpu_drain against the testbed API server, under the least-privilege automation ServiceAccount."""
+import json
 
 from tests.integration.reconfigure.conftest import (
     PRIOR_ANNOTATION,
@@ -12,7 +13,7 @@ from tests.integration.reconfigure.conftest import (
 )
 from tests.testbed.pytest_cluster import unique_name
 
-GPU_NODE = {"nvidia.com/gpu": "8"}
+GPU_NODE = {"nvidia.com/gpu": "8", "nvidia.com/mig-1g.10gb": "7"}
 
 
 def test_drain_evicts_only_gpu_pods_and_uncordon_restores(testbed, testbed_namespace, runner):
@@ -46,7 +47,7 @@ def test_drain_evicts_only_gpu_pods_and_uncordon_restores(testbed, testbed_names
         assert view["unschedulable"] and view["annotations"][PRIOR_ANNOTATION] == "false"
 
         again = runner.module("gpu_drain", {"name": node, "timeout": 60})
-        assert not again.get("failed") and again["changed"] is False and again["evicted"] == []
+        assert not again.get("failed") and again["changed"] is False and again["evicted"] == [], json.dumps(again)
 
         restored = runner.module("gpu_drain", {"name": node, "state": "uncordoned"})
         assert restored["uncordon"] == "uncordoned" and restored["changed"]

@@ -32,7 +32,7 @@ def test_gpu_scope_evicts_gpu_mig_and_runtimeclass_pods_only():
             pod("cpu", resources={"cpu": "2"})]
     plan = drain.classify_pods(pods)
     assert names(plan["evict"]) == ["runtime", "shared", "slice", "whole"]
-    assert names(plan["skipped"]) == ["cpu"]
+    assert names(plan["left_alone"]) == ["cpu"]
     assert plan["evict"][0]["gpu_resources"] or plan["evict"][0]["name"] == "runtime"
 
 
@@ -41,7 +41,7 @@ def test_all_scope_evicts_cpu_pods_but_never_daemonsets_mirror_or_finished():
             pod("static", mirror=True), pod("done", phase="Succeeded")]
     plan = drain.classify_pods(pods, pod_scope="all")
     assert names(plan["evict"]) == ["cpu"]
-    assert names(plan["skipped"]) == ["done", "plugin", "static"]
+    assert names(plan["left_alone"]) == ["done", "plugin", "static"]
 
 
 def test_bare_and_emptydir_pods_block_unless_allowed():
