@@ -110,6 +110,7 @@ class Cluster:
         self.name = name
         self.directory = Path(directory).resolve()
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
+        self.lock_wait_seconds = 0.0  # time up() waited for another cluster's start (not start time)
 
     # -- paths -----------------------------------------------------------------------------
     @property
@@ -284,6 +285,7 @@ class Cluster:
             self.down()  # half-dead leftovers: start clean rather than patch them up
         with open(START_LOCK, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            self.lock_wait_seconds = time.monotonic() - started
             deadline = time.monotonic() + timeout
             self._write_config()
             if self.kubeconfig.exists():
@@ -364,7 +366,8 @@ def main(argv=None):
     try:
         if args.action == "up":
             seconds = cluster.up(timeout=args.timeout)
-            print("testbed %r ready in %.1fs; export KUBECONFIG=%s" % (cluster.name, seconds, cluster.kubeconfig))
+            print("testbed %r ready in %.1fs (%.1fs of it waiting for another cluster's start); export KUBECONFIG=%s"
+                  % (cluster.name, seconds, cluster.lock_wait_seconds, cluster.kubeconfig))
         elif args.action == "down":
             cluster.down()
             print("testbed %r stopped; no process left" % cluster.name)
