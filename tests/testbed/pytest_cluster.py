@@ -33,6 +33,8 @@ KWOK_NODE_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
 DEFAULT_NODE_RESOURCES = {"cpu": "32", "memory": "256Gi", "pods": "110"}
 # Taints the control plane puts on a node until it reports Ready (TaintNodesByCondition).
 TRANSIENT_TAINT_PREFIX = "node.kubernetes.io/"
+# Start times reported at the end of the run (docs/testbed.md tracks the warm-start figure).
+_SESSION_NOTES = []
 
 
 def unique_name(hint, limit=63):
@@ -229,6 +231,11 @@ class Testbed:
         return path
 
 
+def pytest_terminal_summary(terminalreporter):
+    for note in _SESSION_NOTES:
+        terminalreporter.write_line(note)
+
+
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory):
     """The session's testbed cluster (see module docstring). Fails, never skips, if it cannot start."""
@@ -252,6 +259,8 @@ def testbed(tmp_path_factory):
         pytest.fail("testbed cluster did not start: %s" % exc, pytrace=False)
     bed = Testbed(cluster.kubeconfig, cluster.bin_dir, workdir, cluster=cluster)
     bed.start_seconds = seconds
+    _SESSION_NOTES.append("testbed cluster %s started in %.1fs (%.1fs waiting for another start)"
+                          % (cluster.name, seconds, cluster.lock_wait_seconds))
     try:
         yield bed
     finally:
