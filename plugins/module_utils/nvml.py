@@ -377,7 +377,7 @@ def holders(plan, hardware):
         if not entry["changed"]:
             continue
         gpu = by_index[entry["index"]]
-        whole = entry.get("mode_write_required") or not entry["mig_enabled"]
+        whole = entry.get("mode_write_required") or entry.get("mode_change_required") or not entry["mig_enabled"]
         doomed = set(i.get("id") for i in entry["destroy"])
         for proc in gpu.get("processes") or []:
             if whole or proc.get("gpu_instance_id") is None or proc.get("gpu_instance_id") in doomed:
@@ -445,7 +445,8 @@ def apply_plan(session, plan, hardware):
         index, gpu = entry["index"], by_index[entry["index"]]
         if not entry["mig_enabled"]:
             ok, error = _apply_layout(session, dict(entry, create=[]), gpu, actions)
-            if error is None:
+            current = entry["current_mig_enabled"]
+            if error is None and entry.get("mode_write_required"):
                 try:
                     current, _pending = session.set_mig_mode(index, False)
                     actions.append("GPU %d: MIG mode off requested" % index)
@@ -458,12 +459,14 @@ def apply_plan(session, plan, hardware):
             if current:
                 reset_required.append(index)
             continue
-        if entry.get("mode_write_required"):
-            try:
-                current, _pending = session.set_mig_mode(index, True)
-            except NvmlError as exc:
-                raise ApplyError(str(exc), states)
-            actions.append("GPU %d: MIG mode on requested" % index)
+        if entry.get("mode_write_required") or entry.get("mode_change_required"):
+            current = entry["current_mig_enabled"]
+            if entry.get("mode_write_required"):
+                try:
+                    current, _pending = session.set_mig_mode(index, True)
+                except NvmlError as exc:
+                    raise ApplyError(str(exc), states)
+                actions.append("GPU %d: MIG mode on requested" % index)
             if not current:
                 states[index] = "pending-reset"
                 reset_required.append(index)

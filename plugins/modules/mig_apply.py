@@ -137,6 +137,8 @@ def _planned_actions(plan):
         index = entry["index"]
         if entry["mode_write_required"] and entry["mig_enabled"]:
             actions.append("GPU %d: MIG mode on requested" % index)
+        if entry["reset_pending"]:
+            actions.append("GPU %d: MIG mode %s waits for a GPU reset or reboot" % (index, "on" if entry["mig_enabled"] else "off"))
         for item in entry["destroy"]:
             actions.append("GPU %d: destroyed %s at %d:%d" % (index, item["profile"], item["start"], item["size"]))
         if entry["mode_write_required"] and not entry["mig_enabled"]:
@@ -182,7 +184,7 @@ def main():
                           gpu_states=dict((e["index"], "unchanged") for e in plan["gpus"]))
             if module._diff:
                 result["diff"] = planner.plan_diff(plan)
-            pending = [e["index"] for e in plan["gpus"] if e["mode_change_required"] and not e["mode_write_required"]]
+            pending = [e["index"] for e in plan["gpus"] if e["reset_pending"]]
             if not plan["changed"] or module.check_mode:
                 result["actions"] = _planned_actions(plan)
                 result["reset_required"] = bool(pending)

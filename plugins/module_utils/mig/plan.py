@@ -114,6 +114,7 @@ def _plan_gpu(gpu, model, target):
         "create": [],
         "mode_change_required": False,
         "mode_write_required": False,
+        "reset_pending": False,
         "feasible": True,
         "reason": None,
         "alternatives": [],
@@ -127,9 +128,12 @@ def _plan_gpu(gpu, model, target):
     if target["mig_enabled"] and not model.get("mig_capable", True):
         entry.update(feasible=False, reason="GPU %s (%s) is not MIG-capable" % (gpu["index"], model["name"]))
         return entry
+    # A reset is needed while the current mode differs; a write only while the pending mode differs
+    # (a mode already pending waits for the reset, a pending change we do not want is cancelled).
     entry["mode_change_required"] = target["mig_enabled"] != current_enabled
-    mode_write = entry["mode_change_required"] or target["mig_enabled"] != pending_enabled
-    entry["mode_write_required"] = mode_write
+    entry["mode_write_required"] = target["mig_enabled"] != pending_enabled
+    entry["reset_pending"] = entry["mode_change_required"] and not entry["mode_write_required"]
+    mode_write = entry["mode_change_required"] or entry["mode_write_required"]
     if not target["mig_enabled"]:
         entry["destroy"] = [dict(i) for i in instances]
         entry["changed"] = mode_write or bool(instances)
