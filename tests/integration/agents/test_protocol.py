@@ -20,6 +20,7 @@ from tests.testbed.gpusim import hoststate
 STATE = "nvidia.com/mig.config.state"
 CONFIG = "nvidia.com/mig.config"
 DP = "nvidia.com/gpu.deploy.device-plugin"
+PAUSED = "paused-for-mig-change"
 PAUSABLE = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
 OPERANDS = ["gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-device-plugin-daemonset",
             "nvidia-mig-manager", "nvidia-operator-validator"]
@@ -54,6 +55,15 @@ def label_history(testbed, node):
         thread.join(10)
 
 
+def in_order(seen, steps):
+    """True when `steps` occur in `seen` in this order (other entries may come between)."""
+    position = 0
+    for item in seen:
+        if position < len(steps) and item == steps[position]:
+            position += 1
+    return position == len(steps)
+
+
 def gpu_instances(agents, node, gpu=0):
     return sorted(gi["profile"] for gi in hoststate.summary(agents.state_path(node))["gpus"][gpu]["gpu_instances"])
 
@@ -68,12 +78,13 @@ def pod_uids(testbed, node, app):
     return {p.metadata.uid for p in pods if not p.metadata.deletion_timestamp}
 
 
-def ready_node(gpu_cluster, add_gpu_node, hint, model="H200", count=2, **kwargs):
+def ready_node(gpu_cluster, add_gpu_node, hint, model="H200", count=2, operands=None, **kwargs):
     """A simulated node that finished the startup protocol: default config applied, operands running."""
     name = add_gpu_node(hint, model, count, **kwargs)
     gpu_cluster.wait_labels(name, {CONFIG: "all-disabled", STATE: "success"}, timeout=90)
-    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 60,
-                                 "operand pods on %s" % name)
+    expected = OPERANDS if operands is None else operands
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == expected, 60,
+                                 "operand pods %s on %s" % (expected, name))
     return name
 
 
@@ -141,9 +152,15 @@ def test_new_node_gets_operator_labels_gfd_labels_and_gpus(gpu_cluster, add_gpu_
 
 
 def test_existing_deploy_label_values_are_honoured(gpu_cluster, add_gpu_node):
-    name = ready_node(gpu_cluster, add_gpu_node, "honour", labels={"nvidia.com/gpu.deploy.dcgm-exporter": "false"})
+    without_exporter = [o for o in OPERANDS if o != "nvidia-dcgm-exporter"]
+    name = ready_node(gpu_cluster, add_gpu_node, "honour", labels={"nvidia.com/gpu.deploy.dcgm-exporter": "false"},
+                      operands=without_exporter)
     assert gpu_cluster.labels(name)["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
-    assert "nvidia-dcgm-exporter" not in gpu_cluster.operand_pods(name)
+    # a MIG change keeps a "false" deploy label "false" (MP reconfigure.go maybeSetPaused/maybeSetTrue)
+    gpu_cluster.label(name, CONFIG, "all-3g.71gb")
+    labels = gpu_cluster.wait_labels(name, {STATE: "success", DP: "true"}, timeout=90)
+    assert labels["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
+    assert gpu_cluster.operand_pods(name) == without_exporter
 
 
 # -- MIG Manager: success paths ---------------------------------------------------------------
@@ -155,10 +172,8 @@ def test_mixed_all_balanced_full_sequence(gpu_cluster, add_gpu_node):
         gpu_cluster.label(name, CONFIG, "all-balanced")
         labels = gpu_cluster.wait_labels(name, {STATE: "success", DP: "true",
                                                 "nvidia.com/mig-1g.18gb.count": "4"}, timeout=90)
-    # pending, then operands paused, then restored with success (MP reconfigure.go order)
-    assert ("pending", "true") in seen and ("pending", "paused-for-mig-change") in seen, seen
-    assert seen.index(("pending", "paused-for-mig-change")) < seen.index(("success", "paused-for-mig-change")) \
-        < seen.index(("success", "true")), seen
+    # pending, operands paused, operands restored, then success (MP reconfigure.go order)
+    assert in_order(seen, [("pending", "true"), ("pending", PAUSED), ("pending", "true"), ("success", "true")]), seen
     assert labels["nvidia.com/mig-2g.35gb.count"] == "2" and labels["nvidia.com/mig-3g.71gb.count"] == "2"
     assert labels["nvidia.com/mig-1g.18gb.product"] == "NVIDIA-H200-MIG-1g.18gb"
     assert gpu_instances(gpu_cluster, name, 0) == ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
@@ -311,23 +326,29 @@ def test_reset_unsupported_without_with_reboot_fails(gpu_cluster, add_gpu_node):
 
 def test_with_reboot_reboots_and_finishes(gpu_cluster, add_gpu_node, with_reboot):
     name = ready_node(gpu_cluster, add_gpu_node, "reboot", "A100-SXM4-40GB", 1, sim_faults=["reset_unsupported"])
+    testbed = gpu_cluster.testbed
     boots = hoststate.summary(gpu_cluster.state_path(name))["boot"]
-    ready_seen = []
-    with label_history(gpu_cluster.testbed, name) as seen:
+    boot_id = testbed.core.read_node(name).status.node_info.boot_id
+    with label_history(testbed, name) as seen:
         gpu_cluster.label(name, CONFIG, "all-1g.5gb")
         gpu_cluster.wait_state(name, "rebooting", timeout=60)
-
-        def not_ready():
-            node = gpu_cluster.testbed.core.read_node(name)
-            status = {c.type: c.status for c in node.status.conditions or []}.get("Ready")
-            ready_seen.append(status)
-            return status == "False"
-        gpu_cluster.testbed.wait_for(not_ready, 30, "node NotReady during the reboot")
+        testbed.wait_for(lambda: "gpusim.gpufleet.io/rebooting" in (testbed.core.read_node(name).metadata.annotations or {}),
+                         10, "rebooting annotation")
         gpu_cluster.wait_labels(name, {STATE: "success", DP: "true", "nvidia.com/mig-1g.5gb.count": "7"}, timeout=90)
-    states = [s for s, _ in seen]
-    assert states.index("rebooting") < len(states) - 1 - states[::-1].index("success"), seen
+    assert in_order(seen, [("pending", PAUSED), ("rebooting", PAUSED), ("pending", PAUSED), ("success", "true")]), seen
     assert hoststate.summary(gpu_cluster.state_path(name))["boot"] == boots + 1
     assert mig_modes(gpu_cluster, name) == [(1, 1)]
-    gpu_cluster.testbed.wait_for(
-        lambda: {c.type: c.status for c in gpu_cluster.testbed.core.read_node(name).status.conditions}["Ready"] == "True",
-        30, "node Ready again")
+    node = testbed.core.read_node(name)
+    assert node.status.node_info.boot_id != boot_id
+    assert "gpusim.gpufleet.io/rebooting" not in (node.metadata.annotations or {})
+    events = testbed.core.list_namespaced_event("default", field_selector="involvedObject.name=%s,reason=Rebooted" % name)
+    assert len(events.items) == 1
+
+
+def test_mode_change_after_reboot_not_taking_effect_fails(gpu_cluster, add_gpu_node):
+    """State rebooting + mode still not applied -> failed (MP: "did not take effect after rebooting")."""
+    name = ready_node(gpu_cluster, add_gpu_node, "reboot-noeffect", "A100-SXM4-40GB", 1)
+    gpu_cluster.label(name, STATE, "rebooting")
+    gpu_cluster.label(name, CONFIG, "all-1g.5gb")
+    gpu_cluster.wait_labels(name, {STATE: "failed", DP: "true"}, timeout=60)
+    assert "MIG mode change did not take effect after rebooting" in gpu_cluster.mig_manager_log(name)

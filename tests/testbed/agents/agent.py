@@ -12,11 +12,13 @@ import threading
 from pathlib import Path
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests.testbed.agents import hardware, operands
 from tests.testbed.agents.kube import (LOG, POLICY_GROUP, POLICY_NAME, POLICY_PLURAL, POLICY_VERSION, Cache,
                                        api_client, ignore_missing)
 from tests.testbed.agents.migmanager import CONFIG_LABEL, MigManager
+from tests.testbed.gpusim import hoststate
 
 STATE_ANNOTATION = "gpusim.gpufleet.io/state"
 FAULT_ANNOTATION = "gpusim.gpufleet.io/fault"
@@ -47,6 +49,7 @@ class Agents:
         self.advertised = {}   # node -> resources last advertised by us
         self.mtimes = {}
         self.thread = None
+        self.logs_crd = None  # whether kwok serves Logs objects (unknown until tried)
 
     # -- node classification ---------------------------------------------------------------
     def state_file(self, node):
@@ -139,6 +142,7 @@ class Agents:
         path = self.state_file(node)
         if path is None or not path.exists():
             return
+        self.sync_sim_faults(node, path)
         host = hardware.read_host(path)
         labels = dict(node["metadata"].get("labels") or {})
         patch = self.operator_labels(labels, host)
@@ -217,7 +221,33 @@ class Agents:
         manager = self.managers.get(name)
         if manager is None:
             manager = self.managers[name] = MigManager(self, name)
+        if manager.pod_uid != pod["metadata"]["uid"]:
+            self.serve_logs(pod, self.log_path(name, "mig-manager"))
         manager.observe(pod["metadata"]["uid"], labels.get(CONFIG_LABEL, ""))
+
+    def serve_logs(self, pod, path):
+        """Make `kubectl logs <pod>` return `path` through a kwok Logs object, where kwok serves that CRD.
+
+        kwok answers container-log requests for the nodes it manages; it reads Logs objects only when
+        its Logs CRD is enabled (kwokctl --enable-crds / options.enableCRDs). Without it: the log file.
+        """
+        if self.logs_crd is False:
+            return
+        meta = pod["metadata"]
+        containers = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
+        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "spec": {"logs": [{"containers": containers, "logsFile": str(path), "follow": True}]}}
+        path.touch()
+        try:
+            self.cache.custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", meta["namespace"], "logs", body)
+            self.logs_crd = True
+        except ApiException as err:
+            if err.status == 404:
+                self.logs_crd = False
+                LOG.info("kwok Logs CRD not served: MIG Manager logs only in %s/<node>.mig-manager.log", self.hosts_dir)
+            elif err.status != 409:
+                LOG.warning("kwok Logs for %s: %s", meta["name"], err.reason)
 
     def set_node_ready(self, name, ready, message):
         node = self.cache.core.read_node(name)
@@ -230,6 +260,22 @@ class Agents:
                              "reason": "KubeletReady" if ready else "KubeletNotReady"})
             conditions.append(cond)
         self.cache.core.patch_node_status(name, {"status": {"conditions": conditions}})
+
+    def node_event(self, name, reason, message, kind="Normal"):
+        now = datetime.datetime.now(datetime.timezone.utc)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name="%s." % name, namespace="default"),
+            involved_object=client.V1ObjectReference(kind="Node", name=name, uid=name, api_version="v1"),
+            reason=reason, message=message, type=kind, first_timestamp=now, last_timestamp=now, count=1,
+            source=client.V1EventSource(component="kubelet", host=name))
+        self.cache.core.create_namespaced_event("default", event)
+
+    def sync_sim_faults(self, node, path):
+        """Agent fault reset-unsupported also makes the simulated NVML refuse resets (a VM)."""
+        if "reset-unsupported" in self.faults(node):
+            summary = hoststate.summary(path)
+            if not any(f["name"] == "reset_unsupported" and f["value"] for f in summary["faults"]):
+                hoststate.set_fault(path, None, "reset_unsupported", 1)
 
     # -- ClusterPolicy status ----------------------------------------------------------------
     def update_policy_status(self):

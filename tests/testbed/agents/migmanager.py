@@ -7,6 +7,7 @@ MIG devices are applied through pynvml as mig-parted does (§4.4).
 import datetime
 import threading
 import time
+import uuid
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -23,6 +24,7 @@ PAUSABLE = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "
 # Operand pods that must be gone from the node before the GPUs are touched (MP reconfigure.go L395-438).
 OPERAND_APPS = ("nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-dcgm")
 VALIDATOR_APPS = ("nvidia-cuda-validator", "nvidia-device-plugin-validator")
+REBOOTING_ANNOTATION = "gpusim.gpufleet.io/rebooting"
 GENERATED_CM_LABELS = {"app.kubernetes.io/component": "nvidia-mig-manager"}
 
 
@@ -154,6 +156,12 @@ class MigManager:
         self.restore_operands()
         self.set_state("failed")
 
+    def finish_unchanged(self):
+        """Already applied: success; deploy labels a wedged run left paused are set back (setState)."""
+        if any(self.labels().get(k) == PAUSED for k in self.deploy_keys()):
+            self.restore_operands()
+        self.set_state("success")
+
     # -- config source (MP main.go setupMigConfig, §3.2) -----------------------------------
     def load_configs(self, host):
         spec = self.cache.policy_spec().get("migManager") or {}
@@ -263,7 +271,7 @@ class MigManager:
         self.log("Asserting that the requested configuration is present in the configuration file")
         if migconfig.applied(plan, host.gpus):
             self.log("MIG configuration already applied")
-            self.set_state("success")
+            self.finish_unchanged()
             return
         mode_change = not migconfig.mode_applied(plan, host.gpus)
         if mode_change and self.labels().get(STATE_LABEL) == "rebooting":
@@ -348,9 +356,20 @@ class MigManager:
             return
 
     def reboot(self, state_file):
-        """Node NotReady for the reboot time; the host's pending MIG modes apply; then Ready again."""
+        """A host reboot: node NotReady for the reboot time, pending MIG modes apply, new boot id.
+
+        kwok's node-initialize stage sets Ready=True again at once, so the reboot is also marked by
+        annotation REBOOTING_ANNOTATION while it lasts, a new status.nodeInfo.bootID and the
+        `Rebooted` node event kubelet emits after a boot-id change.
+        """
         self.log("Rebooting node %s" % self.node)
+        self.cache.core.patch_node(self.node, {"metadata": {"annotations": {REBOOTING_ANNOTATION: "true"}}})
         self.agents.set_node_ready(self.node, False, "simulated reboot by nvidia-mig-manager")
-        hoststate.reboot(state_file)
+        summary = hoststate.reboot(state_file)
         time.sleep(self.agents.timing.reboot_seconds)
+        boot_id = str(uuid.uuid4())
+        self.cache.core.patch_node_status(self.node, {"status": {"nodeInfo": {"bootID": boot_id}}})
+        self.agents.node_event(self.node, "Rebooted", "Node %s has been rebooted, boot id: %s (simulated boot %d)"
+                               % (self.node, boot_id, summary["boot"]), "Warning")
         self.agents.set_node_ready(self.node, True, "kubelet is posting ready status")
+        self.cache.core.patch_node(self.node, {"metadata": {"annotations": {REBOOTING_ANNOTATION: None}}})

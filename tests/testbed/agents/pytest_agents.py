@@ -142,8 +142,10 @@ class GpuAgents:
         return self.wait_labels(name, {"nvidia.com/mig.config.state": state}, timeout)
 
     def operand_pods(self, name):
+        """Sorted `app` labels of the operand (DaemonSet) pods on node `name`."""
         pods = self.testbed.core.list_namespaced_pod(self.namespace, field_selector="spec.nodeName=%s" % name).items
-        return sorted(p.metadata.labels.get("app", "") for p in pods if not p.metadata.deletion_timestamp)
+        return sorted(p.metadata.labels.get("app", "") for p in pods if not p.metadata.deletion_timestamp
+                      and any(o.kind == "DaemonSet" for o in p.metadata.owner_references or []))
 
     # -- ClusterPolicy ---------------------------------------------------------------------
     def policy(self):
@@ -160,9 +162,11 @@ class GpuAgents:
 
     # -- chart -----------------------------------------------------------------------------
     def install_chart(self, values=None, timeout=180):
+        """helm upgrade --install of the stand-in chart (no --wait: the operator Deployment needs a node)."""
         args = ["upgrade", "--install", RELEASE, str(CHART_DIR), "--namespace", self.namespace,
-                "--create-namespace", "--wait", "--timeout", "%ds" % timeout, "--values", "-"]
+                "--create-namespace", "--timeout", "%ds" % timeout, "--values", "-"]
         self.testbed.helm(*args, input=json.dumps(values or {}), timeout=timeout + 30)
+        self.testbed.wait_for(self.policy, 30, "ClusterPolicy cluster-policy")
 
 
 @pytest.fixture(scope="session")

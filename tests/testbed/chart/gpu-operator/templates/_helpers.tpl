@@ -38,7 +38,9 @@ spec:
     type: {{ $root.Values.daemonsets.updateStrategy }}
     {{- if eq $root.Values.daemonsets.updateStrategy "RollingUpdate" }}
     rollingUpdate:
-      maxUnavailable: {{ $root.Values.daemonsets.rollingUpdate.maxUnavailable | quote }}
+      {{- /* int-or-string: a plain number must be an int, "N%" a string (the operator converts it the same way) */}}
+      {{- $max := toString $root.Values.daemonsets.rollingUpdate.maxUnavailable }}
+      maxUnavailable: {{ if regexMatch "^[0-9]+$" $max }}{{ $max }}{{ else }}{{ $max | quote }}{{ end }}
     {{- end }}
   template:
     metadata:
