@@ -22,7 +22,7 @@ description:
   - A host with no GPU returns RV(gpus=[]). A host without the NVML library fails with a message that says so.
   - Read-only; never changes the GPU.
 author:
-  - gpufleet maintainers
+  - gpufleet contributors (@gpufleet)
 requirements:
   - nvidia-ml-py (pynvml) and the NVIDIA driver's libnvidia-ml.so.1 on the managed host
 options:
@@ -44,9 +44,11 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 notes:
   - Profile names follow C(nvidia-smi mig -lgip) (for example C(1g.18gb), C(1g.18gb+me)); placements are

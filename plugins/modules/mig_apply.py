@@ -25,7 +25,7 @@ description:
   - On Kubernetes nodes use the GPU Operator's MIG Manager (node label C(nvidia.com/mig.config)) instead, so the
     device plugin and GFD are paused around the change.
 author:
-  - gpufleet maintainers
+  - gpufleet contributors (@gpufleet)
 requirements:
   - nvidia-ml-py (pynvml) and the NVIDIA driver's libnvidia-ml.so.1 on the managed host; root
 options:
@@ -41,7 +41,7 @@ options:
     description: Name of the config's origin used in messages.
     type: str
   mig_devices:
-    description: Profile to count applied to every GPU, for example C({"1g.18gb": 7}).
+    description: 'Profile to count applied to every GPU, for example C({"1g.18gb": 7}).'
     type: dict
   force:
     description: Change GPUs even while processes use them (those processes lose their GPU).
@@ -49,9 +49,11 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Makes no NVML write; returns the plan and the actions it would take.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Each GPU's MIG mode and instances before and after.
 """

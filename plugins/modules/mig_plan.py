@@ -12,7 +12,7 @@ module: mig_plan
 short_description: Check a MIG layout against a node's GPUs and plan it, changing nothing
 version_added: 0.1.0
 description:
-  - Pure planning; never changes anything. Runs on the controller (C(delegate_to: localhost)) or on a host.
+  - Pure planning; never changes anything. Runs on the controller (C(delegate_to=localhost)) or on a host.
   - Hardware comes from one of O(gpu_info) (the registered result of M(gpufleet.gpu_operator.gpu_info); its live
     profile table wins over the built-in catalog), O(gpu_model) with O(gpu_count), or O(node_labels) (a node's
     GFD labels, for planning from the controller when NVML cannot be read).
@@ -25,7 +25,7 @@ description:
   - Fails when the layout is infeasible unless O(fail_on_infeasible=false). A profile the model does not have
     always fails, naming the model's valid profiles of the same size.
 author:
-  - gpufleet maintainers
+  - gpufleet contributors (@gpufleet)
 options:
   gpu_info:
     description: Result of M(gpufleet.gpu_operator.gpu_info) (a dict with C(gpus)).
@@ -55,7 +55,7 @@ options:
     description: Name of the config's origin used in messages, for example C(ConfigMap gpu-operator/custom-mig-config).
     type: str
   mig_devices:
-    description: Profile to count applied to every GPU, for example C({"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}).
+    description: 'Profile to count applied to every GPU, for example C({"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}).'
     type: dict
   strategy:
     description:
@@ -70,9 +70,11 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Changes nothing in any mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows each GPU's current and target instances when the facts carry current instances.
 """
