@@ -98,11 +98,16 @@ class PlaybookResult(object):
             for task in play.get("tasks", []):
                 yield task
 
+    @staticmethod
+    def _name(task):
+        """The task's own name, without the 'role : ' prefix Ansible adds to role tasks."""
+        return task["task"]["name"].split(" : ", 1)[-1]
+
     def task(self, name):
         """First host result of the last task whose name starts with ``name``."""
         found = None
         for task in self.tasks():
-            if task["task"]["name"].startswith(name):
+            if self._name(task).startswith(name):
                 hosts = task.get("hosts") or {}
                 if hosts:
                     found = list(hosts.values())[0]
@@ -112,7 +117,7 @@ class PlaybookResult(object):
         return found
 
     def ran(self, name):
-        return any(t["task"]["name"].startswith(name) and any(
+        return any(self._name(t).startswith(name) and any(
             not h.get("skipped") for h in (t.get("hosts") or {}).values()) for t in self.tasks())
 
     def explain(self):
@@ -152,11 +157,12 @@ def pdb(testbed, namespace, name, app, min_available):
         "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}}}))
 
 
-def running_pods(testbed, node):
-    """{ns/name: uid} of the pods bound to ``node`` and not being deleted."""
+def running_pods(testbed, node, namespace=None):
+    """{ns/name: uid} of the pods bound to ``node`` and not being deleted (optionally of one namespace)."""
     pods = testbed.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node).items
     return dict(("%s/%s" % (p.metadata.namespace, p.metadata.name), p.metadata.uid)
-                for p in pods if not p.metadata.deletion_timestamp)
+                for p in pods if not p.metadata.deletion_timestamp
+                and (namespace is None or p.metadata.namespace == namespace))
 
 
 def wait_running(testbed, node, count, namespace=None):

@@ -39,6 +39,10 @@ def gpu_allocatable(view):
                 if k.startswith(("nvidia.com/gpu", "nvidia.com/mig-")) and v != "0")
 
 
+def wait_advertised(testbed, node):
+    testbed.wait_for(lambda: gpu_allocatable(node_view(testbed, node)), 60, "GPUs advertised on %s" % node)
+
+
 def rollout_vars(lock, **extra):
     base = {"mig_reconfigure_lock_name": lock, "mig_reconfigure_lock_duration": 10,
             "mig_reconfigure_eviction_retry_delay": 1, "mig_reconfigure_drain_timeout": 60,
@@ -50,7 +54,7 @@ def rollout_vars(lock, **extra):
 def rows_of(result):
     rows = []
     for task in result.tasks():
-        if task["task"]["name"].startswith("Record batch"):
+        if task["task"]["name"].split(" : ", 1)[-1].startswith("Record batch"):
             for host in (task.get("hosts") or {}).values():
                 facts = host.get("ansible_facts") or {}
                 if "mig_reconfigure_rows" in facts:
@@ -64,15 +68,22 @@ def summary_lines(result):
 
 @pytest.fixture
 def gpu_workloads(testbed, testbed_namespace):
-    """Deploy one GPU and one CPU workload per node; returns a function giving {node: running pods}."""
+    """Deploy one GPU and one CPU workload per node; returns a function giving {node: running pods}
+    (pods of the test's namespace only: operand pods come and go with MIG Manager's pause protocol)."""
     def make(nodes):
         for node in nodes:
             deploy(testbed, testbed_namespace, "gpu-" + node[-6:], node, resources={"nvidia.com/gpu": "1"})
             deploy(testbed, testbed_namespace, "cpu-" + node[-6:], node, resources={"cpu": "100m"})
         for node in nodes:
             wait_running(testbed, node, 2, testbed_namespace)
-        return dict((node, running_pods(testbed, node)) for node in nodes)
+        return dict((node, running_pods(testbed, node, testbed_namespace)) for node in nodes)
     return make
+
+
+def workload_pods(testbed, node, before):
+    """Pods now on ``node`` in the namespace of ``before``'s pods."""
+    namespace = list(before)[0].split("/")[0]
+    return running_pods(testbed, node, namespace)
 
 
 def gpu_pods(pods):
@@ -81,7 +92,7 @@ def gpu_pods(pods):
 
 def assert_only_gpu_pods_gone(testbed, before, reported=None):
     for node, pods in before.items():
-        after = running_pods(testbed, node)
+        after = workload_pods(testbed, node, pods)
         gone = sorted(set(pods) - set(after))
         assert gone == [k for k in gpu_pods(pods) if "/gpu-" in k and k in gone] and gone == gpu_pods(pods), (
             "node %s: pods gone %s, planned GPU pods %s" % (node, gone, gpu_pods(pods)))
@@ -95,7 +106,7 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
              add_gpu_node("rc-h200", "H200", 1): "H200"}
     names = sorted(nodes)
     for name in names:
-        testbed.wait_for(lambda n=name: gpu_allocatable(node_view(testbed, n)), 60, "GPUs advertised on %s" % n)
+        wait_advertised(testbed, name)
     before = gpu_workloads(names)
 
     plan = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock")), profile="all-balanced"),
@@ -136,7 +147,7 @@ def test_unknown_and_invalid_profiles_are_rejected_before_any_change(testbed, gp
                                                                       gpu_workloads):
     names = sorted([add_gpu_node("rc-bad-a", "H100-80GB-HBM3", 2), add_gpu_node("rc-bad-b", "A100-SXM4-40GB", 1)])
     for name in names:
-        testbed.wait_for(lambda n=name: gpu_allocatable(node_view(testbed, n)), 60, "GPUs advertised on %s" % n)
+        wait_advertised(testbed, name)
     before = gpu_workloads(names)
     views = dict((n, node_view(testbed, n)) for n in names)
 
@@ -156,7 +167,7 @@ def test_unknown_and_invalid_profiles_are_rejected_before_any_change(testbed, gp
         assert not result.ran("Take the rollout lock") and not result.ran("Reconfigure batch")
     for name in names:
         assert node_view(testbed, name) == views[name], "node %s changed" % name
-        assert running_pods(testbed, name) == before[name]
+        assert workload_pods(testbed, name, before[name]) == before[name]
 
 
 def test_gpu_held_fails_the_canary_and_halts_with_diagnostics(testbed, gpu_cluster, add_gpu_node, runner,
@@ -167,7 +178,7 @@ def test_gpu_held_fails_the_canary_and_halts_with_diagnostics(testbed, gpu_clust
     others = [n for n in names if n != canary]
     order = [canary] + others
     for name in names:
-        testbed.wait_for(lambda n=name: gpu_allocatable(node_view(testbed, n)), 60, "GPUs advertised on %s" % n)
+        wait_advertised(testbed, name)
     before = gpu_workloads(names)
     views = dict((n, node_view(testbed, n)) for n in others)
 
@@ -187,8 +198,8 @@ def test_gpu_held_fails_the_canary_and_halts_with_diagnostics(testbed, gpu_clust
     for name in others:
         assert name not in rows, "a node after the failed canary was started"
         assert node_view(testbed, name) == views[name]
-        assert running_pods(testbed, name) == before[name]
-    gone = sorted(set(before[canary]) - set(running_pods(testbed, canary)))
+        assert workload_pods(testbed, name, before[name]) == before[name]
+    gone = sorted(set(before[canary]) - set(workload_pods(testbed, canary, before[canary])))
     assert gone == sorted(rows[canary]["evicted"]) == gpu_pods(before[canary])
     runner.module("gpu_drain", {"name": canary, "state": "uncordoned"})
 
@@ -196,7 +207,7 @@ def test_gpu_held_fails_the_canary_and_halts_with_diagnostics(testbed, gpu_clust
 def test_wedged_pending_times_out_with_diagnostics_then_unwedges(testbed, gpu_cluster, add_gpu_node, runner,
                                                                   gpu_agents):
     node = add_gpu_node("rc-wedge", "H200", 1, faults=["wedge-pending"])
-    testbed.wait_for(lambda: gpu_allocatable(node_view(testbed, node)), 60, "GPUs advertised on %s" % node)
+    wait_advertised(testbed, node)
     result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock"), mig_reconfigure_apply_timeout=8),
                                                     profile="all-1g.18gb"))
     assert result.rc != 0
@@ -224,7 +235,7 @@ def test_wedged_pending_times_out_with_diagnostics_then_unwedges(testbed, gpu_cl
 
 def test_with_reboot_path(testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
     node = add_gpu_node("rc-reboot", "A100-SXM4-40GB", 1, faults=["reset-unsupported"])
-    testbed.wait_for(lambda: gpu_allocatable(node_view(testbed, node)), 60, "GPUs advertised on %s" % node)
+    wait_advertised(testbed, node)
     before = gpu_workloads([node])
     env = (gpu_cluster.policy()["spec"].get("migManager") or {}).get("env") or []
     gpu_cluster.patch_policy({"migManager": {"env": env + [{"name": "WITH_REBOOT", "value": "true"}]}})
@@ -246,7 +257,7 @@ def test_with_reboot_path(testbed, gpu_cluster, add_gpu_node, runner, gpu_worklo
 
 def test_concurrent_rollout_is_refused(testbed, gpu_cluster, add_gpu_node, runner):
     node = add_gpu_node("rc-lock", "H100-80GB-HBM3", 1)
-    testbed.wait_for(lambda: gpu_allocatable(node_view(testbed, node)), 60, "GPUs advertised on %s" % node)
+    wait_advertised(testbed, node)
     lock = unique_name("lock")
     held = runner.module("mig_rollout_lock", {"name": lock, "holder": "other-rollout", "duration": 300,
                                               "description": "all-1g.10gb elsewhere"})
@@ -269,7 +280,7 @@ def test_controller_killed_mid_rollout_then_rerun_resumes(testbed, gpu_cluster, 
     canary = [n for n in names if "kill-a" in n][0]
     order = [canary] + [n for n in names if n != canary]
     for name in names:
-        testbed.wait_for(lambda n=name: gpu_allocatable(node_view(testbed, n)), 60, "GPUs advertised on %s" % n)
+        wait_advertised(testbed, name)
     before = gpu_workloads(names)
     lock = unique_name("lock")
     variables = dict(rollout_vars(lock), profile="all-1g.10gb", mig_reconfigure_nodes=order)
