@@ -178,9 +178,11 @@ def test_mixed_all_balanced_full_sequence(gpu_cluster, add_gpu_node):
     assert labels["nvidia.com/mig-1g.18gb.product"] == "NVIDIA-H200-MIG-1g.18gb"
     assert gpu_instances(gpu_cluster, name, 0) == ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
     assert mig_modes(gpu_cluster, name) == [(1, 1), (1, 1)]
-    alloc = gpu_cluster.testbed.wait_for(
-        lambda: (lambda a: a if a.get("nvidia.com/mig-1g.18gb") == "4" else None)(gpu_cluster.allocatable(name)),
-        30, "MIG resources advertised")
+
+    def advertised():
+        alloc = gpu_cluster.allocatable(name)
+        return alloc if alloc.get("nvidia.com/mig-1g.18gb") == "4" else None
+    alloc = gpu_cluster.testbed.wait_for(advertised, 30, "MIG resources advertised")
     assert alloc["nvidia.com/mig-2g.35gb"] == "2" and alloc["nvidia.com/mig-3g.71gb"] == "2"
     assert alloc["nvidia.com/gpu"] == "0"  # no full GPU left: kubelet keeps the resource at 0
     gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 60, "operands back")
@@ -208,7 +210,7 @@ def test_already_applied_succeeds_without_pausing(gpu_cluster, add_gpu_node):
                 "gpu-operator", label_selector="app=nvidia-mig-manager", field_selector="spec.nodeName=%s" % name).items:
             gpu_cluster.testbed.core.delete_namespaced_pod(pod.metadata.name, "gpu-operator")
         gpu_cluster.wait_state(name, "success", timeout=60)
-    assert all(dp == "true" for _, dp in seen), seen  # operands never paused
+    assert all(pair[1] == "true" for pair in seen), seen  # operands never paused
     assert pod_uids(gpu_cluster.testbed, name, "nvidia-device-plugin-daemonset") == plugin
 
 
@@ -304,9 +306,11 @@ def test_slow_apply_shows_the_pause_protocol(gpu_cluster, add_gpu_node):
     name = ready_node(gpu_cluster, add_gpu_node, "slow", faults=["slow"])
     gpu_cluster.label(name, CONFIG, "all-3g.71gb")
     gpu_cluster.wait_labels(name, {STATE: "pending", DP: "paused-for-mig-change"})
-    paused = gpu_cluster.testbed.wait_for(
-        lambda: (lambda p: p if "nvidia-device-plugin-daemonset" not in p else None)(gpu_cluster.operand_pods(name)),
-        30, "device plugin pod gone")
+
+    def plugin_gone():
+        pods = gpu_cluster.operand_pods(name)
+        return pods if "nvidia-device-plugin-daemonset" not in pods else None
+    paused = gpu_cluster.testbed.wait_for(plugin_gone, 30, "device plugin pod gone")
     assert paused == ["nvidia-mig-manager", "nvidia-operator-validator"]
     assert gpu_cluster.allocatable(name)["nvidia.com/gpu"] == "0"  # plugin gone: nothing allocatable
     gpu_cluster.wait_labels(name, {STATE: "success", DP: "true"}, timeout=60)

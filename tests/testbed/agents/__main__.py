@@ -121,11 +121,10 @@ def stop(args):
         pidfile.unlink(missing_ok=True)
         return 0
     os.kill(pid, signal.SIGTERM)
-    for _ in range(100):
-        if not _alive(pid):
-            break
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    else:
+    if _alive(pid):
         os.kill(pid, signal.SIGKILL)
     pidfile.unlink(missing_ok=True)
     print("agents stopped (pid %d)" % pid)

@@ -78,7 +78,7 @@ def _filters(entry):
     if value is None:
         return None
     values = value if isinstance(value, list) else [value]
-    return {str(v).split(":")[0].upper() for v in values}
+    return {str(v).split(":", maxsplit=1)[0].upper() for v in values}
 
 
 def select(configs, name, gpus):
@@ -100,7 +100,7 @@ def select(configs, name, gpus):
 
 def mode_applied(plan, gpus):
     by_index = {g.index: g for g in gpus}
-    return all(by_index[i].mig_current == en and by_index[i].mig_pending == en for i, (en, _) in plan.items())
+    return all(by_index[i].mig_current == wanted[0] and by_index[i].mig_pending == wanted[0] for i, wanted in plan.items())
 
 
 def applied(plan, gpus):

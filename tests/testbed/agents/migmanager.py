@@ -331,7 +331,7 @@ class MigManager:
         with_reboot = self.agents.with_reboot()
         pending = []
         for enabled in (False, True):
-            indexes = [i for i, (en, _) in sorted(plan.items()) if en == enabled]
+            indexes = [i for i, wanted in sorted(plan.items()) if wanted[0] == enabled]
             if not indexes:
                 continue
             try:
