@@ -194,7 +194,7 @@ def _build_gpus(summary, model, gpu_count, label_plan, node_metrics, options):
             data = from_metrics[index]
             gpu_model = _model_for(summary, data.get("model")) or model
             instances = sorted(data["instances"].items())
-            counts = collections.Counter(_canonical(i["profile"]) for _, i in instances if i.get("profile"))
+            counts = collections.Counter(_canonical(i["profile"]) for _gi, i in instances if i.get("profile"))
             spots = _place(gpu_model, dict(counts))
             slices = []
             for gi_id, instance in instances:

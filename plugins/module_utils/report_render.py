@@ -63,8 +63,8 @@ def render_table(report):
     if report["findings"]:
         lines.append("FINDINGS")
         for finding in report["findings"]:
-            lines.append("[%s] %-13s %s: %s" % (SEVERITY_MARK[finding["severity"]], finding["kind"],
-                                               finding["node"] or "cluster", finding["message"]))
+            mark = SEVERITY_MARK[finding["severity"]]
+            lines.append("[%s] %-13s %s: %s" % (mark, finding["kind"], finding["node"] or "cluster", finding["message"]))
             lines.append("    -> %s" % finding["action"])
     else:
         lines.append("No findings.")
@@ -100,9 +100,12 @@ def _gpu_svg(node, gpu):
             x, span, y = offset, cell, height
             offset += cell
         ink = "#202124" if piece["state"] == "free" else "#ffffff"
-        title = "%s GI %s: %s%s, engine %s" % (piece["profile"], piece["gi_id"], piece["state"],
-                                              " (%s)" % piece["pod"] if piece["pod"] else "",
-                                              _percent(piece["engine_active"]))
+        holder = " (%s)" % piece["pod"] if piece["pod"] else ""
+        title = "%s GI %s: %s%s, engine %s" % (
+            piece["profile"], piece["gi_id"], piece["state"], holder, _percent(piece["engine_active"]))
+        caption = piece["state"]
+        if piece["engine_active"] is not None:
+            caption = "%s %s" % (piece["state"], _percent(piece["engine_active"]))
         parts.append(
             '<g class="slice" data-node="%s" data-gpu="%s" data-profile="%s" data-state="%s" data-pod="%s">'
             '<title>%s</title><rect x="%d" y="%d" width="%d" height="%d" rx="5" fill="%s" stroke="#202124"/>'
@@ -111,8 +114,7 @@ def _gpu_svg(node, gpu):
             % (escape(node["name"]), gpu["index"], escape(piece["profile"]), piece["state"], escape(piece["pod"] or ""),
                escape(title), x + pad + 1, y + pad + 1, span - 2 * pad - 2, height - 2 * pad - 3,
                STATE_COLOURS[piece["state"]], x + span // 2, y + 22, ink, escape(piece["profile"]),
-               x + span // 2, y + 40, ink, escape(piece["state"] if piece["engine_active"] is None
-                                             else "%s %s" % (piece["state"], _percent(piece["engine_active"])))))
+               x + span // 2, y + 40, ink, escape(caption)))
     parts.append('<text x="0" y="%d" class="axis">memory slices 0..%d</text>' % (rows * height + 12, columns - 1))
     parts.append("</svg>")
     return "".join(parts)

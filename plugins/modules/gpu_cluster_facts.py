@@ -24,7 +24,7 @@ description:
     observed memory use and pending requests, checked with the planner).
   - The report follows a versioned JSON schema (returned in RV(schema)); see docs/report.md.
 author:
-  - gpufleet contributors
+  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
 options:
