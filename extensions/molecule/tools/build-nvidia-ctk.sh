@@ -11,7 +11,7 @@ if [[ ! -x "${bin}" ]]; then
   mkdir -p "${cache}"
   echo "build-nvidia-ctk: building nvidia-ctk ${NVIDIA_CTK_VERSION} (one CPU, low priority)" >&2
   # One compile job at a time: CI machines are small and other builds run alongside.
-  GOBIN="${cache}.tmp" GOFLAGS="-p=1" GOMAXPROCS=1 nice -n 10 \
+  GOTOOLCHAIN=local GOBIN="${cache}.tmp" GOFLAGS="-p=1 -trimpath" GOMAXPROCS=1 nice -n 10 \
     go install "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@${NVIDIA_CTK_VERSION}" >&2
   mv "${cache}.tmp/nvidia-ctk" "${bin}"
   rmdir "${cache}.tmp"
