@@ -222,7 +222,7 @@ class Agents:
         if manager is None:
             manager = self.managers[name] = MigManager(self, name)
         if manager.pod_uid != pod["metadata"]["uid"]:
-            self.serve_logs(pod, self.log_path(name, "mig-manager"))
+            self.serve_logs(pod, self.log_path(name, "mig-manager.cri"))
         manager.observe(pod["metadata"]["uid"], labels.get(CONFIG_LABEL, ""))
 
     def serve_logs(self, pod, path):
@@ -236,7 +236,9 @@ class Agents:
         meta = pod["metadata"]
         containers = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
         body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                                  "uid": meta["uid"]}]},
                 "spec": {"logs": [{"containers": containers, "logsFile": str(path), "follow": True}]}}
         path.touch()
         try:

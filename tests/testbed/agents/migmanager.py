@@ -40,10 +40,6 @@ class Rebooting(Exception):
     """A reboot was started; the sequence runs again once the node is back."""
 
 
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class MigManager:
     """Plays the nvidia-mig-manager pod of one node: waits for label changes, runs one at a time."""
 
@@ -100,9 +96,13 @@ class MigManager:
 
     # -- logging ---------------------------------------------------------------------------
     def log(self, message, level="info"):
-        line = 'time="%s" level=%s msg="%s"\n' % (_now(), level, message.replace('"', '\\"'))
+        now = datetime.datetime.now(datetime.timezone.utc)
+        line = 'time="%s" level=%s msg="%s"' % (now.strftime("%Y-%m-%dT%H:%M:%SZ"), level, message.replace('"', '\\"'))
         with open(self.agents.log_path(self.node, "mig-manager"), "a", encoding="utf-8") as fh:
-            fh.write(line)
+            fh.write(line + "\n")
+        # the same line in CRI log format, which kwok serves to `kubectl logs` (see Agents.serve_logs)
+        with open(self.agents.log_path(self.node, "mig-manager.cri"), "a", encoding="utf-8") as fh:
+            fh.write("%s stderr F %s\n" % (now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), line))
         LOG.info("[%s] mig-manager: %s", self.node, message)
 
     # -- node access -----------------------------------------------------------------------
