@@ -151,9 +151,11 @@ def _planned_actions(plan):
 
 
 def _holder_text(found):
-    return "; ".join("GPU %d: pid %d (%s)%s" % (h["gpu"], h["pid"], h["name"] or "unknown",
-                                                  " on GPU instance %s" % h["gpu_instance_id"] if h["gpu_instance_id"] is not None else "")
-                     for h in found)
+    texts = []
+    for holder in found:
+        where = " on GPU instance %s" % holder["gpu_instance_id"] if holder["gpu_instance_id"] is not None else ""
+        texts.append("GPU %d: pid %d (%s)%s" % (holder["gpu"], holder["pid"], holder["name"] or "unknown", where))
+    return "; ".join(texts)
 
 
 def main():

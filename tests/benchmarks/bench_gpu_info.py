@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 """Benchmark: gpu_info's NVML read (module_utils/nvml.read_host) against a bare pynvml read of the
 same fields, plus the whole module run through `ansible localhost -m` (Ansible's own overhead).
@@ -52,7 +51,7 @@ def bare_read():
 
 def timed(func, repeat):
     samples = []
-    for _ in range(repeat):
+    for _run in range(repeat):
         start = time.perf_counter()
         func()
         samples.append(time.perf_counter() - start)

@@ -30,7 +30,7 @@ def normalize_pci_device_id(value):
         text = str(value).strip().upper()
         if text.startswith("0X"):
             text = text[2:]
-        text = text.split(":")[0]
+        text = text.split(":", 1)[0]
     if not re.match(r"^[0-9A-F]{4}([0-9A-F]{4})?$", text):
         raise PlanningError("'%s' is not a PCI device id: expected 0xDDDDVVVV, e.g. 0x233510DE" % (value,))
     if len(text) == 4:

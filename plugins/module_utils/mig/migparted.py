@@ -15,9 +15,15 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import json
 import re
 
-import yaml
+try:
+    import yaml
+
+    HAS_YAML = True
+except ImportError:  # pragma: no cover - PyYAML ships with ansible-core; managed hosts may lack it
+    HAS_YAML = False
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.catalog import normalize_pci_device_id
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import MigConfigError, ProfileNameError
@@ -40,6 +46,12 @@ def _where(source, name=None, index=None, field=None):
 
 def _load(data, source):
     if isinstance(data, (bytes, str)):
+        if not HAS_YAML:
+            try:
+                return json.loads(data)  # JSON is YAML too; without PyYAML only that form parses
+            except ValueError:
+                raise MigConfigError("%s: PyYAML is needed to read YAML text on this host (pass the config "
+                                     "as a dict instead)" % _where(source))
         try:
             data = yaml.safe_load(data)
         except yaml.YAMLError as exc:
@@ -132,12 +144,13 @@ def parse_config(data, source="<config>"):
     return config
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style, keys in insertion order (version first, like mig-parted's own files), no
-    anchors/aliases for repeated filters."""
+if HAS_YAML:
+    class _Dumper(yaml.SafeDumper):  # pylint: disable=too-many-ancestors
+        """Block style, keys in insertion order (version first, like mig-parted's own files), no
+        anchors/aliases for repeated filters."""
 
-    def ignore_aliases(self, data):
-        return True
+        def ignore_aliases(self, data):
+            return True
 
 
 def render_config(config):
@@ -145,6 +158,8 @@ def render_config(config):
     ordered = {"version": config.get("version", "v1"), "mig-configs": {}}
     for name in sorted(config.get("mig-configs", {})):
         ordered["mig-configs"][name] = config["mig-configs"][name]
+    if not HAS_YAML:
+        return json.dumps(ordered, indent=2) + "\n"  # valid YAML as well
     return yaml.dump(ordered, Dumper=_Dumper, default_flow_style=False, sort_keys=False)
 
 

@@ -66,8 +66,8 @@ def test_select_for_gpu_follows_filter_devices_and_last_match():
     # GPU 0 of an H200: the first entry selects it, then `devices: all` (no filter) wins as the last match
     assert migparted.select_for_gpu(config, "custom", 0, "0x233510DE") == {"mig_enabled": False, "mig_devices": {}}
     config["mig-configs"]["custom"].pop()
-    assert migparted.select_for_gpu(config, "custom", 1, "0x233510de") == {"mig_enabled": True,
-                                                                            "mig_devices": {"1g.18gb": 7}}
+    expected = {"mig_enabled": True, "mig_devices": {"1g.18gb": 7}}
+    assert migparted.select_for_gpu(config, "custom", 1, "0x233510de") == expected
     assert migparted.select_for_gpu(config, "custom", 2, "0x233510DE") is None
     assert migparted.select_for_gpu(config, "custom", 0, "0x20B010DE") is None
 
