@@ -1,0 +1,182 @@
+"""gpu_operator and gpu_validate roles through site.yml, against a testbed cluster with simulated GPU nodes.
+
+The tests build on each other in file order (one cluster per module): rejections and check mode on
+an empty cluster, install, idempotent re-run, check mode on an installed operator, strategy patch,
+custom MIG config, broken nodes.
+"""
+
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+H100_MIG_1G = 2 * 7  # op-h100 has 2 H100s; all-1g.10gb gives 7 per GPU (reference §4.2)
+
+
+def wait_for(predicate, timeout=90, what="condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(1)
+    raise AssertionError("timed out after %ss waiting for %s (last: %r)" % (timeout, what, last))
+
+
+def node_labels(sandbox, name):
+    return sandbox.agents.labels(name)
+
+
+def allocatable(sandbox, name, resource):
+    return int(sandbox.agents.allocatable(name).get(resource, "0"))
+
+
+def set_mig_config(sandbox, node, config):
+    sandbox.bed.core.patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config": config}}})
+    wait_for(lambda: node_labels(sandbox, node).get("nvidia.com/mig.config.state") == "success"
+             and node_labels(sandbox, node).get("nvidia.com/mig.config") == config,
+             what="%s to apply MIG config %s" % (node, config))
+
+
+def assert_untouched(sandbox):
+    assert not sandbox.namespace_exists("gpu-operator")
+    assert sandbox.releases() == []
+    assert sandbox.bed.kubectl("get", "crd", "clusterpolicies.nvidia.com", check=False).returncode != 0
+
+
+BAD_MIG_CONFIG = {"version": "v1", "mig-configs": {"typo": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.7gb": 7}}]}}
+MPS = {"sharing": {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}}
+
+
+@pytest.mark.parametrize("extra_vars, expected", [
+    ({"gpu_operator_mig_config": BAD_MIG_CONFIG}, "mig_config[typo][0]: profile 1g.7gb exists on no GPU model of the inventory"),
+    ({"gpu_operator_mig_strategy": "dynamic"}, "gpu_operator_mig_strategy"),
+    ({"gpu_operator_mig_strategy": "mixed", "gpu_operator_device_plugin_config": MPS},
+     "uses MPS sharing with MIG strategy mixed"),
+], ids=["unknown-profile", "bad-strategy", "mps-with-mixed"])
+def test_bad_settings_are_rejected_before_any_change(operator_sandbox, extra_vars, expected):
+    result = operator_sandbox.site(extra_vars=extra_vars)
+    assert result.rc != 0, result
+    assert any(expected in message for message in result.failure_messages()), result
+    assert_untouched(operator_sandbox)
+
+
+def test_check_mode_on_an_empty_cluster_changes_nothing(operator_sandbox):
+    result = operator_sandbox.site("--check", "--diff")
+    assert result.rc == 0, result
+    assert result.task_results("Install or upgrade the GPU Operator chart")[0][1]["changed"] is True
+    assert_untouched(operator_sandbox)
+
+
+def test_install_validates_and_a_second_run_changes_nothing(operator_sandbox):
+    result = operator_sandbox.site()
+    assert result.rc == 0, result
+    assert result.changed > 0
+    policy = operator_sandbox.policy()
+    assert policy["status"]["state"] == "ready"
+    assert policy["spec"]["mig"]["strategy"] == "single"
+    table = result.table()
+    assert len(table) == 1 + 3 and all(line.split()[-1] == "PASS" for line in table[1:]), table
+    status = result.task_results("Wait for ClusterPolicy ready")[0][1]
+    assert sorted(status["nodes"]) == ["op-a100", "op-h100", "op-h200"]
+    assert "mig-manager" in status["operands"]
+
+    again = operator_sandbox.site()
+    assert again.rc == 0, again
+    assert again.changed == 0, [(t, h) for t, h in again.data["stats"].items()]
+
+
+def test_check_mode_on_an_installed_operator_changes_nothing(operator_sandbox):
+    revision = operator_sandbox.releases()[0]["revision"]
+    result = operator_sandbox.site("--check", extra_vars={"gpu_operator_mig_strategy": "mixed", "gpu_operator_mig_with_reboot": True})
+    assert result.rc == 0, result
+    assert result.task_results("Install or upgrade the GPU Operator chart")[0][1]["changed"] is True
+    assert result.task_results("Patch ClusterPolicy")[0][1]["changed"] is True
+    assert operator_sandbox.releases()[0]["revision"] == revision
+    assert operator_sandbox.policy()["spec"]["mig"]["strategy"] == "single"
+
+
+def test_strategy_patch_single_to_mixed_and_resources_follow(operator_sandbox):
+    set_mig_config(operator_sandbox, "op-h100", "all-1g.10gb")
+    wait_for(lambda: allocatable(operator_sandbox, "op-h100", "nvidia.com/gpu") == H100_MIG_1G,
+             what="single strategy: MIG devices advertised as nvidia.com/gpu")
+    revision = operator_sandbox.releases()[0]["revision"]
+
+    check = operator_sandbox.playbook(HERE / "reconfigure.yml", "--check", "--diff",
+                                      extra_vars={"gpu_operator_mig_strategy": "mixed"})
+    assert check.rc == 0, check
+    assert check.task_results("Patch ClusterPolicy")[0][1]["changed"] is True
+    assert operator_sandbox.policy()["spec"]["mig"]["strategy"] == "single"
+
+    result = operator_sandbox.playbook(HERE / "reconfigure.yml", extra_vars={"gpu_operator_mig_strategy": "mixed"})
+    assert result.rc == 0, result
+    patch = result.task_results("Patch ClusterPolicy")[0][1]
+    assert patch["changed"] is True
+    assert operator_sandbox.releases()[0]["revision"] == revision  # no Helm upgrade
+    assert operator_sandbox.policy()["spec"]["mig"]["strategy"] == "mixed"
+    wait_for(lambda: allocatable(operator_sandbox, "op-h100", "nvidia.com/mig-1g.10gb") == H100_MIG_1G
+             and allocatable(operator_sandbox, "op-h100", "nvidia.com/gpu") == 0
+             and node_labels(operator_sandbox, "op-h100").get("nvidia.com/mig.strategy") == "mixed",
+             what="mixed strategy: nvidia.com/mig-1g.10gb advertised")
+
+    again = operator_sandbox.playbook(HERE / "reconfigure.yml", extra_vars={"gpu_operator_mig_strategy": "mixed"})
+    assert again.rc == 0 and again.changed == 0, again
+
+
+CUSTOM = {"version": "v1", "mig-configs": {
+    "halves": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}],
+    "all-disabled": [{"devices": "all", "mig-enabled": False}],
+}}
+
+
+def test_custom_mig_config_is_applied_and_used_by_mig_manager(operator_sandbox):
+    settings = {"gpu_operator_mig_strategy": "mixed", "gpu_operator_mig_config": CUSTOM}
+    result = operator_sandbox.site(extra_vars=settings)
+    assert result.rc == 0, result
+    policy = operator_sandbox.policy()
+    assert policy["spec"]["migManager"]["config"]["name"] == "gpufleet-mig-parted-config"
+    configmap = operator_sandbox.bed.core.read_namespaced_config_map("gpufleet-mig-parted-config", "gpu-operator")
+    assert "halves" in configmap.data["config.yaml"]
+    set_mig_config(operator_sandbox, "op-h100", "halves")  # a name only the custom config has
+    wait_for(lambda: allocatable(operator_sandbox, "op-h100", "nvidia.com/mig-3g.40gb") == 4,
+             what="custom config applied: 4 x 3g.40gb on op-h100")
+    validate = operator_sandbox.site("--tags", "validate", extra_vars=settings)
+    assert validate.rc == 0, validate
+    assert "3g.40gb" in " ".join(validate.table())
+    assert operator_sandbox.site(extra_vars=settings).changed == 0
+
+
+def test_validation_catches_broken_nodes_and_passes_healthy_ones(operator_sandbox):
+    core = operator_sandbox.bed.core
+    settings = {"gpu_operator_mig_strategy": "mixed", "gpu_operator_mig_config": CUSTOM, "gpu_validate_smoke_timeout": 20}
+    # op-a100: device plugin switched off, so nothing is advertised
+    core.patch_node("op-a100", {"metadata": {"labels": {"nvidia.com/gpu.deploy.device-plugin": "false"}}})
+    # op-h200: an untolerated NoExecute taint evicts every operand pod
+    core.patch_node("op-h200", {"spec": {"taints": [{"key": "example.com/broken", "value": "x", "effect": "NoExecute"}]}})
+    try:
+        wait_for(lambda: allocatable(operator_sandbox, "op-a100", "nvidia.com/gpu") == 0, what="op-a100 advertises 0")
+        wait_for(lambda: not [p for p in core.list_namespaced_pod("gpu-operator").items if p.spec.node_name == "op-h200"],
+                 what="operand pods gone from op-h200")
+        result = operator_sandbox.site("--tags", "validate", extra_vars=settings)
+        assert result.rc != 0, result
+        rows = dict((line.split()[0], line) for line in result.table()[1:4])
+        assert rows["op-h100"].split()[-1] == "PASS", result.table()
+        assert rows["op-a100"].split()[-1] == "FAIL" and rows["op-h200"].split()[-1] == "FAIL"
+        failures = result.table()[4:]
+        assert "op-a100: device plugin advertises 0 GPU resources (allocatable has no nvidia.com/gpu or nvidia.com/mig-*)" in failures
+        assert any(f.startswith("op-a100: smoke nvidia.com/gpu: did not finish") and "Insufficient nvidia.com/gpu" in f
+                   for f in failures), failures
+        assert "op-h200: operand device-plugin: no nvidia-device-plugin-daemonset pod on the node" in failures
+        assert "op-h200: operand mig-manager: no nvidia-mig-manager pod on the node" in failures
+        message = " ".join(result.failure_messages())
+        assert "op-a100" in message and "op-h200" in message and "op-h100:" not in message
+        assert not core.list_pod_for_all_namespaces(label_selector="gpufleet.io/smoke-test=true").items  # cleaned up
+    finally:
+        core.patch_node("op-a100", {"metadata": {"labels": {"nvidia.com/gpu.deploy.device-plugin": "true"}}})
+        core.patch_node("op-h200", {"spec": {"taints": None}})
+    wait_for(lambda: allocatable(operator_sandbox, "op-a100", "nvidia.com/gpu") == 2, what="op-a100 advertises again")
+    healed = operator_sandbox.site(extra_vars=settings)
+    assert healed.rc == 0, healed
+    assert all(line.split()[-1] == "PASS" for line in healed.table()[1:4]), healed.table()
