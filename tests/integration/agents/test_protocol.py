@@ -163,6 +163,41 @@ def test_existing_deploy_label_values_are_honoured(gpu_cluster, add_gpu_node):
     assert gpu_cluster.operand_pods(name) == without_exporter
 
 
+def test_policy_not_ready_names_node_and_operand(gpu_cluster, add_gpu_node):
+    """An operand pod that cannot run (node full) makes the ClusterPolicy notReady, naming both."""
+    name = add_gpu_node("full", "H200", 1, allocatable={"pods": "2"})
+
+    def not_ready():
+        policy = gpu_cluster.policy()
+        return policy if policy.get("status", {}).get("state") == "notReady" else None
+    policy = gpu_cluster.testbed.wait_for(not_ready, 60, "ClusterPolicy notReady")
+    ready = {c["type"]: c for c in policy["status"]["conditions"]}["Ready"]
+    assert ready["status"] == "False" and ready["reason"] == "OperandNotReady"
+    assert "on %s" % name in ready["message"]
+
+
+def test_strategy_switch_changes_labels_and_resources(gpu_cluster, add_gpu_node, strategy):
+    name = ready_node(gpu_cluster, add_gpu_node, "switch", "H200", 2)
+    gpu_cluster.label(name, CONFIG, "all-1g.18gb")
+    gpu_cluster.wait_labels(name, {STATE: "success", "nvidia.com/mig-1g.18gb.count": "14"}, timeout=90)
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/mig-1g.18gb") == "14", 30,
+                                 "mixed resources")
+    strategy("single")
+    labels = gpu_cluster.wait_labels(name, {"nvidia.com/mig.strategy": "single",
+                                            "nvidia.com/gpu.product": "NVIDIA-H200-MIG-1g.18gb"}, timeout=30)
+    assert labels["nvidia.com/gpu.count"] == "14"
+    assert not any(k.startswith("nvidia.com/mig-1g.18gb.") for k in labels)
+
+    def single_resources():
+        alloc = gpu_cluster.allocatable(name)
+        return alloc.get("nvidia.com/gpu") == "14" and alloc.get("nvidia.com/mig-1g.18gb") == "0"
+    gpu_cluster.testbed.wait_for(single_resources, 30, "single resources")
+    strategy("mixed")
+    gpu_cluster.wait_labels(name, {"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-1g.18gb.count": "14"}, timeout=30)
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/mig-1g.18gb") == "14", 30,
+                                 "mixed resources again")
+
+
 # -- MIG Manager: success paths ---------------------------------------------------------------
 
 def test_mixed_all_balanced_full_sequence(gpu_cluster, add_gpu_node):

@@ -5,7 +5,8 @@ chart (for tests that install it themselves, e.g. through the gpu_operator role)
 ``gpu_cluster`` (session): ``gpu_agents`` plus the stand-in chart installed with helm as release
 ``gpu-operator`` in namespace ``gpu-operator`` (values: GPU_CLUSTER_VALUES).
 ``add_gpu_node`` (function): factory ``add_gpu_node(hint, model, count, labels=None, faults=None,
-sim_faults=None)`` -> node name; uniquely named simulated GPU nodes, deleted after the test.
+sim_faults=None, mig_enabled=False, **create_node_kwargs)`` -> node name; uniquely named simulated
+GPU nodes, deleted after the test.
 """
 
 import json
@@ -84,11 +85,13 @@ class GpuAgents:
     def state_path(self, node):
         return self.hosts_dir / ("%s.state" % node)
 
-    def add_gpu_node(self, name, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False):
+    def add_gpu_node(self, name, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False,
+                     **node_kwargs):
         """Create the simulated host state and the kwok Node `name`; returns the name.
 
         faults: agent faults (FAULTS) set as node annotation; sim_faults: simulated-NVML faults
-        (hoststate.FAULTS, e.g. reset_unsupported) written into the host state.
+        (hoststate.FAULTS, e.g. reset_unsupported) written into the host state; node_kwargs go to
+        testbed.create_node (capacity, allocatable, taints).
         """
         unknown = set(faults or ()) - set(FAULTS)
         if unknown:
@@ -98,7 +101,7 @@ class GpuAgents:
         annotations = {STATE_ANNOTATION: str(state)}
         if faults:
             annotations[FAULT_ANNOTATION] = ",".join(faults)
-        self.testbed.create_node(name, labels=labels, annotations=annotations)
+        self.testbed.create_node(name, labels=labels, annotations=annotations, **node_kwargs)
         return name
 
     def remove_gpu_node(self, name):
@@ -194,11 +197,11 @@ def add_gpu_node(gpu_agents, request):
 
     created = []
 
-    def make(hint, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False):
+    def make(hint, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False, **node_kwargs):
         name = unique_name(hint or request.node.name[:30])
         created.append(name)
         return gpu_agents.add_gpu_node(name, model, count, labels=labels, faults=faults, sim_faults=sim_faults,
-                                       mig_enabled=mig_enabled)
+                                       mig_enabled=mig_enabled, **node_kwargs)
 
     yield make
     for name in created:
