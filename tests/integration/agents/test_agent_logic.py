@@ -182,3 +182,20 @@ def test_mixed_strategy_labels_and_resources():
     assert error is None
     assert resources == {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.18gb": 2, "nvidia.com/mig-2g.35gb": 1,
                          "nvidia.com/mig-3g.71gb": 1, "nvidia.com/mig-1g.18gb.me": 1}
+
+
+def test_time_slicing_multiplies_and_renames():
+    config = {"version": "v1", "sharing": {"timeSlicing": {"resources": [
+        {"name": "nvidia.com/gpu", "replicas": 4}, {"name": "nvidia.com/mig-1g.18gb", "replicas": 2, "rename": "small"}]}}}
+    shared = operands.time_slicing(config)
+    host = make_host(make_gpu("H200", 0, True, ["1g.18gb"] * 7), make_gpu("H200", 1))
+    resources, _ = operands.device_plugin_resources(host, "mixed")
+    assert operands.apply_time_slicing(resources, shared) == {"nvidia.com/gpu": 4, "small": 14}
+    labels = operands.apply_time_slicing_labels(operands.gfd_labels(host, "mixed"), shared)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H200-SHARED"
+    assert (labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.sharing-strategy"]) == ("4", "time-slicing")
+    assert labels["nvidia.com/mig-1g.18gb.product"] == "NVIDIA-H200-MIG-1g.18gb"  # renamed: no -SHARED
+    assert labels["nvidia.com/mig-1g.18gb.replicas"] == "2"
+    by_default = operands.time_slicing({"sharing": {"timeSlicing": {"renameByDefault": True,
+                                                                    "resources": [{"name": "nvidia.com/gpu", "replicas": 3}]}}})
+    assert by_default == {"nvidia.com/gpu": (3, "nvidia.com/gpu.shared")}

@@ -198,6 +198,28 @@ def test_strategy_switch_changes_labels_and_resources(gpu_cluster, add_gpu_node,
                                  "mixed resources again")
 
 
+def test_time_slicing_config_from_cluster_policy(gpu_cluster, add_gpu_node):
+    """devicePlugin.config names a ConfigMap; its `any` config shares each GPU 4 ways (§9, docs example)."""
+    core = gpu_cluster.testbed.core
+    config = "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n" \
+             "    - name: nvidia.com/gpu\n      replicas: 4\n"
+    core.create_namespaced_config_map("gpu-operator", client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="time-slicing-config-all"), data={"any": config}))
+    try:
+        name = ready_node(gpu_cluster, add_gpu_node, "slicing", "H100-80GB-HBM3", 8)
+        gpu_cluster.patch_policy({"devicePlugin": {"config": {"name": "time-slicing-config-all", "default": "any"}}})
+        labels = gpu_cluster.wait_labels(name, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED"}, timeout=30)
+        assert (labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.sharing-strategy"]) == ("4", "time-slicing")
+        gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "32", 30,
+                                     "8 GPUs x 4 replicas")
+    finally:
+        gpu_cluster.patch_policy({"devicePlugin": {"config": None}})
+        core.delete_namespaced_config_map("time-slicing-config-all", "gpu-operator")
+    gpu_cluster.wait_labels(name, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.replicas": "1"},
+                            timeout=30)
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "8", 30, "8 GPUs")
+
+
 # -- MIG Manager: success paths ---------------------------------------------------------------
 
 def test_mixed_all_balanced_full_sequence(gpu_cluster, add_gpu_node):

@@ -11,6 +11,8 @@ import os
 import threading
 from pathlib import Path
 
+import yaml
+
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -22,6 +24,7 @@ from tests.testbed.gpusim import hoststate
 
 STATE_ANNOTATION = "gpusim.gpufleet.io/state"
 FAULT_ANNOTATION = "gpusim.gpufleet.io/fault"
+PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 FAULTS = ("fail", "wedge-pending", "slow", "reset-unsupported", "gpu-held")
 DEPLOY = "nvidia.com/gpu.deploy."
 # Deploy labels the operator sets to "true" on container-workload GPU nodes (GO state_manager.go, §3.7).
@@ -146,8 +149,9 @@ class Agents:
         host = hardware.read_host(path)
         labels = dict(node["metadata"].get("labels") or {})
         patch = self.operator_labels(labels, host)
+        shared = operands.time_slicing(self.plugin_config(name, labels))
         if self.cache.running_pod(name, self.namespace, "gpu-feature-discovery"):
-            patch.update(self.gfd_patch(labels, host))
+            patch.update(self.gfd_patch(labels, host, shared))
         if patch:
             self.cache.core.patch_node(name, {"metadata": {"labels": patch}})
             for key, value in patch.items():
@@ -155,7 +159,7 @@ class Agents:
                     labels.pop(key, None)
                 else:
                     labels[key] = value
-        self.device_plugin(name, node, host)
+        self.device_plugin(name, node, host, shared)
         self.mig_manager(name, labels)
 
     def operator_labels(self, labels, host):
@@ -187,8 +191,27 @@ class Agents:
             patch[CONFIG_LABEL] = "all-disabled"
         return patch
 
-    def gfd_patch(self, labels, host):
-        wanted = operands.gfd_labels(host, self.strategy())
+    def plugin_config(self, node, labels):
+        """The device-plugin config this node uses: ClusterPolicy spec.devicePlugin.config.name ConfigMap,
+        key from label nvidia.com/device-plugin.config, else config.default, else `default`/the only key (§9.2)."""
+        spec = (self.cache.policy_spec().get("devicePlugin") or {}).get("config") or {}
+        if not spec.get("name"):
+            return None
+        cm = ignore_missing(self.cache.core.read_namespaced_config_map, spec["name"], self.namespace)
+        data = (cm.data if cm else None) or {}
+        key = labels.get(PLUGIN_CONFIG_LABEL)
+        if key not in data:
+            key = spec.get("default") or ("default" if "default" in data else (next(iter(data)) if len(data) == 1 else None))
+        if key not in data:
+            return None
+        try:
+            return yaml.safe_load(data[key])
+        except yaml.YAMLError as err:
+            LOG.warning("[%s] device-plugin config %s/%s: %s", node, spec["name"], key, err)
+            return None
+
+    def gfd_patch(self, labels, host, shared):
+        wanted = operands.apply_time_slicing_labels(operands.gfd_labels(host, self.strategy()), shared)
         patch = {k: v for k, v in wanted.items() if labels.get(k) != v}
         patch.update({k: None for k in labels if operands.is_gfd_label(k) and k not in wanted
                       and k != "nvidia.com/gfd.timestamp"})
@@ -196,13 +219,14 @@ class Agents:
             patch["nvidia.com/gfd.timestamp"] = str(int(datetime.datetime.now().timestamp()))
         return patch
 
-    def device_plugin(self, name, node, host):
+    def device_plugin(self, name, node, host, shared):
         """Node capacity/allocatable of GPU resources, as kubelet shows what the plugin advertises (§6.3)."""
         status = node.get("status") or {}
         current = {k: v for k, v in (status.get("allocatable") or {}).items() if operands.is_gpu_resource(k)}
         current_cap = {k: v for k, v in (status.get("capacity") or {}).items() if operands.is_gpu_resource(k)}
         if self.cache.running_pod(name, self.namespace, "nvidia-device-plugin-daemonset"):
             resources, error = operands.device_plugin_resources(host, self.strategy())
+            resources = operands.apply_time_slicing(resources, shared)
             if error and self.advertised.get(name) != ("error", error):
                 with open(self.log_path(name, "device-plugin"), "a", encoding="utf-8") as fh:
                     fh.write("%s error starting plugins: %s\n" % (datetime.datetime.now().isoformat(), error))

@@ -135,6 +135,43 @@ def gfd_labels(host, strategy):
     return labels
 
 
+def time_slicing(config):
+    """{resource: (replicas, advertised name)} from a device-plugin config's sharing.timeSlicing (§9.1)."""
+    slicing = ((config or {}).get("sharing") or {}).get("timeSlicing") or {}
+    by_default = bool(slicing.get("renameByDefault"))
+    shared = {}
+    for entry in slicing.get("resources") or []:
+        replicas = int(entry.get("replicas") or 1)
+        name = entry.get("name")
+        if not name or replicas < 2:
+            continue
+        shared[name] = (replicas, entry.get("rename") or (name + ".shared" if by_default else name))
+    return shared
+
+
+def apply_time_slicing_labels(labels, shared):
+    """GFD under time-slicing: <resource>.replicas, sharing-strategy, product -SHARED unless renamed."""
+    for resource, (replicas, advertised) in shared.items():
+        prefix = resource
+        if labels.get(prefix + ".count") in (None, "0") or labels.get(prefix + ".replicas") == "0":
+            continue  # not present, or MIG-enabled full GPUs (labelled without sharing)
+        labels[prefix + ".replicas"] = str(replicas)
+        labels[prefix + ".sharing-strategy"] = "time-slicing"
+        if advertised == resource:
+            labels[prefix + ".product"] = labels[prefix + ".product"] + "-SHARED"
+    return labels
+
+
+def apply_time_slicing(resources, shared):
+    """Device plugin under time-slicing: each shared resource advertised replicas times, maybe renamed."""
+    out = dict(resources)
+    for resource, (replicas, advertised) in shared.items():
+        if resource in out:
+            count = out.pop(resource) * replicas
+            out[advertised] = out.get(advertised, 0) + count
+    return out
+
+
 def mig_resource_name(profile):
     return "nvidia.com/mig-" + profile.replace("+", ".")
 
