@@ -57,11 +57,13 @@ def planted(testbed, report_run, dcgm_sim):
                       namespace=run.namespace)
     # unallocatable: a profile no node offers (an H200's 7g.141gb).
     wanting = run.pod("wants-7g", {"nvidia.com/mig-7g.141gb": "1"})
+    # unallocatable too, but an H100 profile: the report suggests a layout that hosts it.
+    wanting_3g = run.pod("wants-3g", {"nvidia.com/mig-3g.40gb": "1"})
     testbed.wait_for(lambda: all(
         testbed.core.read_namespaced_pod(p.split("/")[1], run.namespace).status.phase == "Running"
         for p in (idle_pod, busy_pod)), 60, "planted pods Running on %s" % idle)
     return {"drift": drift, "stuck": stuck, "idle": idle, "idle_pod": idle_pod, "busy_pod": busy_pod,
-            "wanting": wanting}
+            "wanting": wanting, "wanting_3g": wanting_3g}
 
 
 def findings_of(report, kind, node=None):
@@ -101,6 +103,11 @@ def test_report_names_each_planted_finding_and_changes_nothing(testbed, report_r
 
     unallocatable = [f for f in findings_of(report, "unallocatable") if f["details"]["pod"] == planted["wanting"]]
     assert unallocatable and unallocatable[0]["details"]["resource"] == "nvidia.com/mig-7g.141gb"
+
+    suggestions = findings_of(report, "suggestion")
+    hosting = [f for f in suggestions if any(g["mig_devices"].get("3g.40gb") for g in f["details"]["gpus"])]
+    assert hosting and hosting[0]["details"]["feasible"] is True, suggestions
+    assert hosting[0]["node"] in (planted["drift"], planted["idle"])
 
     totals = report["totals"]["per_resource"]["nvidia.com/mig-1g.10gb"]
     assert totals["allocatable"] == 14 and totals["requested"] == 2 and totals["idle_allocated"] == 1

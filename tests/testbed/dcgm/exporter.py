@@ -59,7 +59,8 @@ class SimNode(object):
             for gpu in hardware:
                 base = [("gpu", gpu["index"]), ("UUID", gpu["uuid"]), ("pci_bus_id", gpu["pci_bus_id"]),
                         ("device", "nvidia%d" % gpu["index"]), ("modelName", gpu["model"])]
-                targets = [(inst["gi_id"], inst["profile"]) for inst in gpu["instances"]] if gpu["mig"] else [
+                # Per MIG instance; a GPU without instances (MIG off, or on but empty) as the whole device.
+                targets = [(inst["gi_id"], inst["profile"]) for inst in gpu["instances"] if gpu["mig"]] or [
                     (None, None)]
                 for gi_id, profile in targets:
                     if metric == WHOLE_GPU_ONLY[0] and gi_id is not None:
