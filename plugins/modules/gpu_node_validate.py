@@ -23,8 +23,10 @@ extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   nodes:
@@ -39,7 +41,8 @@ options:
         required: true
       hardware:
         description:
-          - The node's GPUs as the hardware reports them, C({gpus: [{name, memory_mib, mig_enabled, mig_devices: [profile, ...]}]}).
+          - "The node's GPUs as the hardware reports them: the C(gpus) list of M(gpufleet.gpu_operator.gpu_info)
+            (name, memory_mb, mig.current, instances), or per GPU C(name), C(memory_mib), C(mig_enabled), C(mig_devices)."
           - Omit when the host cannot be reached; then only labels and allocatable are compared.
         type: dict
       hardware_error:
@@ -54,7 +57,7 @@ options:
     type: bool
     default: false
 author:
-  - gpufleet contributors
+  - gpufleet maintainers (@gpufleet)
 """
 
 EXAMPLES = r"""

@@ -23,8 +23,10 @@ description:
     ClusterPolicy merge patch that switches strategy and config names without a reinstall.
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   namespace:
@@ -90,7 +92,7 @@ options:
     elements: str
     default: []
 author:
-  - gpufleet contributors
+  - gpufleet maintainers (@gpufleet)
 """
 
 EXAMPLES = r"""

@@ -24,8 +24,10 @@ extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   targets:
@@ -72,7 +74,7 @@ options:
     type: int
     default: 300
 author:
-  - gpufleet contributors
+  - gpufleet maintainers (@gpufleet)
 """
 
 EXAMPLES = r"""
