@@ -8,6 +8,7 @@ same state file the simulated NVML serves).
 """
 
 import contextlib
+import urllib.request
 import threading
 import time
 
@@ -158,7 +159,8 @@ def test_existing_deploy_label_values_are_honoured(gpu_cluster, add_gpu_node):
     assert gpu_cluster.labels(name)["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
     # a MIG change keeps a "false" deploy label "false" (MP reconfigure.go maybeSetPaused/maybeSetTrue)
     gpu_cluster.label(name, CONFIG, "all-3g.71gb")
-    labels = gpu_cluster.wait_labels(name, {STATE: "success", DP: "true"}, timeout=90)
+    labels = gpu_cluster.wait_labels(name, {STATE: "success", DP: "true", "nvidia.com/mig-3g.71gb.count": "4"},
+                                     timeout=90)
     assert labels["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
     assert gpu_cluster.operand_pods(name) == without_exporter
 
@@ -413,3 +415,26 @@ def test_mode_change_after_reboot_not_taking_effect_fails(gpu_cluster, add_gpu_n
     gpu_cluster.label(name, CONFIG, "all-1g.5gb")
     gpu_cluster.wait_labels(name, {STATE: "failed", DP: "true"}, timeout=60)
     assert "MIG mode change did not take effect after rebooting" in gpu_cluster.mig_manager_log(name)
+
+
+# -- dcgm-exporter stand-in ---------------------------------------------------------------------
+
+def test_metrics_endpoint_per_node_and_slice(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "metrics", "H200", 2)
+    gpu_cluster.label(name, CONFIG, "all-3g.71gb")
+    gpu_cluster.wait_labels(name, {STATE: "success", DP: "true", "nvidia.com/mig-3g.71gb.count": "4"}, timeout=90)
+    url = gpu_cluster.testbed.wait_for(
+        lambda: (gpu_cluster.testbed.core.read_node(name).metadata.annotations or {}).get("gpusim.gpufleet.io/metrics-url"),
+        30, "metrics URL annotation")
+    gi = hoststate.summary(gpu_cluster.state_path(name))["gpus"][0]["gpu_instances"][0]
+    (gpu_cluster.hosts_dir / ("%s.metrics.json" % name)).write_text(
+        '{"0/%d": {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.75, "DCGM_FI_DEV_FB_USED": 1000}}' % gi["id"])
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    assert "# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge" in text
+    assert "DCGM_FI_DEV_GPU_UTIL{" not in text  # not reported for MIG-enabled GPUs
+    wanted = 'GPU_I_PROFILE="3g.71gb",GPU_I_ID="%d"} 0.75' % gi["id"]
+    assert any(line.startswith("DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu=\"0\"") and line.endswith(wanted)
+               for line in text.splitlines()), text
+    assert 'DCGM_FI_DEV_FB_FREE{gpu="0"' in text and "%s\"} %d" % (gi["id"], 71424 - 1000) in text
+    assert 'modelName="NVIDIA H200",Hostname="%s"' % name in text

@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.testbed.agents import hardware, operands
+from tests.testbed.agents import hardware, metrics, operands
 from tests.testbed.agents.kube import (LOG, POLICY_GROUP, POLICY_NAME, POLICY_PLURAL, POLICY_VERSION, Cache,
                                        api_client, ignore_missing)
 from tests.testbed.agents.migmanager import CONFIG_LABEL, MigManager
@@ -24,6 +24,7 @@ from tests.testbed.gpusim import hoststate
 
 STATE_ANNOTATION = "gpusim.gpufleet.io/state"
 FAULT_ANNOTATION = "gpusim.gpufleet.io/fault"
+METRICS_ANNOTATION = "gpusim.gpufleet.io/metrics-url"
 PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 FAULTS = ("fail", "wedge-pending", "slow", "reset-unsupported", "gpu-held")
 DEPLOY = "nvidia.com/gpu.deploy."
@@ -52,6 +53,7 @@ class Agents:
         self.advertised = {}   # node -> resources last advertised by us
         self.mtimes = {}
         self.thread = None
+        self.exporters = {}    # node -> metrics.Exporter
         self.logs_crd = None  # whether kwok serves Logs objects (unknown until tried)
 
     # -- node classification ---------------------------------------------------------------
@@ -141,6 +143,8 @@ class Agents:
         node = self.cache.nodes.get(name)
         if node is None:
             self.advertised.pop(name, None)
+            if name in self.exporters:
+                self.exporters.pop(name).stop()
             return
         path = self.state_file(node)
         if path is None or not path.exists():
@@ -160,6 +164,7 @@ class Agents:
                 else:
                     labels[key] = value
         self.device_plugin(name, node, host, shared)
+        self.dcgm_exporter(name, node, path)
         self.mig_manager(name, labels)
 
     def operator_labels(self, labels, host):
@@ -237,6 +242,19 @@ class Agents:
         wanted.update({k: str(v) for k, v in resources.items()})
         if wanted != current or wanted != current_cap:
             self.cache.core.patch_node_status(name, {"status": {"capacity": wanted, "allocatable": wanted}})
+
+    def dcgm_exporter(self, name, node, path):
+        """A metrics endpoint while the node's nvidia-dcgm-exporter pod runs; its URL in METRICS_ANNOTATION."""
+        running = self.cache.running_pod(name, self.namespace, "nvidia-dcgm-exporter") is not None
+        exporter = self.exporters.get(name)
+        if running and exporter is None:
+            exporter = self.exporters[name] = metrics.Exporter(name, path, self.hosts_dir / ("%s.metrics.json" % name))
+        elif not running and exporter is not None:
+            self.exporters.pop(name).stop()  # a new exporter pod gets a new endpoint
+            exporter = None
+        url = exporter.url if exporter else None
+        if (node["metadata"].get("annotations") or {}).get(METRICS_ANNOTATION) != url:
+            self.cache.core.patch_node(name, {"metadata": {"annotations": {METRICS_ANNOTATION: url}}})
 
     def mig_manager(self, name, labels):
         pod = self.cache.running_pod(name, self.namespace, "nvidia-mig-manager")

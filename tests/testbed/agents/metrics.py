@@ -1,0 +1,109 @@
+"""dcgm-exporter stand-in: Prometheus text per simulated node on 127.0.0.1, values settable per GPU or MIG slice.
+
+Metric and label names follow NVIDIA/dcgm-exporter (reference nvidia-gpu-operator-and-mig.md §8):
+series carry gpu, UUID, pci_bus_id, device, modelName, Hostname, and GPU_I_PROFILE/GPU_I_ID for MIG
+devices; DCGM_FI_DEV_GPU_UTIL is not reported for MIG-enabled GPUs (use the PROF metrics there).
+Values: JSON file `<hosts-dir>/<node>.metrics.json` {"<gpu>" | "<gpu>/<gi_id>": {"METRIC": value}},
+default 0; re-read at every scrape.
+"""
+
+import http.server
+import json
+import threading
+
+from tests.testbed.gpusim import hoststate
+
+GPU_METRICS = (
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+)
+DEVICE_METRICS = (
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Frame buffer memory free (in MB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Frame buffer memory used (in MB)."),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the device memory interface is active sending or receiving data."),
+)
+
+
+def _labels(pairs):
+    return "{" + ",".join('%s="%s"' % (k, str(v).replace('"', '\\"')) for k, v in pairs) + "}"
+
+
+def render(node, summary, values):
+    """Prometheus text exposition of one host's GPUs and MIG devices."""
+    series = {name: [] for name, _, _ in GPU_METRICS + DEVICE_METRICS}
+    for gpu in summary["gpus"]:
+        base = [("gpu", gpu["index"]), ("UUID", gpu["uuid"]), ("pci_bus_id", gpu["pci_bus_id"]),
+                ("device", "nvidia%d" % gpu["index"]), ("modelName", gpu["name"]), ("Hostname", node)]
+        own = values.get(str(gpu["index"]), {})
+        mig = gpu["mig_mode"]["current"] == 1
+        for name, _, _ in GPU_METRICS:
+            if name == "DCGM_FI_DEV_GPU_UTIL" and mig:
+                continue
+            series[name].append((base, own.get(name, 0)))
+        if not mig:
+            total_mb = gpu["memory_total_bytes"] // 2 ** 20
+            used = own.get("DCGM_FI_DEV_FB_USED", 0)
+            for name, _, _ in DEVICE_METRICS:
+                default = total_mb - used if name == "DCGM_FI_DEV_FB_FREE" else 0
+                series[name].append((base, own.get(name, default)))
+            continue
+        for gi in gpu["gpu_instances"]:
+            labels = base + [("GPU_I_PROFILE", gi["profile"]), ("GPU_I_ID", gi["id"])]
+            slice_values = values.get("%d/%d" % (gpu["index"], gi["id"]), {})
+            used = slice_values.get("DCGM_FI_DEV_FB_USED", 0)
+            for name, _, _ in DEVICE_METRICS:
+                default = (gi["memory_mb"] or 0) - used if name == "DCGM_FI_DEV_FB_FREE" else 0
+                series[name].append((labels, slice_values.get(name, default)))
+    lines = []
+    for name, kind, text in GPU_METRICS + DEVICE_METRICS:
+        if not series[name]:
+            continue
+        lines += ["# HELP %s %s" % (name, text), "# TYPE %s %s" % (name, kind)]
+        lines += ["%s%s %s" % (name, _labels(labels), value) for labels, value in series[name]]
+    return "\n".join(lines) + "\n"
+
+
+class Exporter:
+    """One HTTP server on 127.0.0.1:<free port> for one node; started/stopped with its exporter pod."""
+
+    def __init__(self, node, state_file, values_file):
+        exporter = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802  # http.server's hook name
+                if self.path.split("?")[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                body = exporter.scrape().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):  # pylint: disable=arguments-differ  # quiet
+                return
+
+        self.node, self.state_file, self.values_file = node, state_file, values_file
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name="metrics-" + node)
+        self.thread.start()
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d/metrics" % self.server.server_address[1]
+
+    def scrape(self):
+        try:
+            values = json.loads(self.values_file.read_text())
+        except (OSError, ValueError):
+            values = {}
+        return render(self.node, hoststate.summary(self.state_file), values)
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
