@@ -16,17 +16,29 @@ from kubernetes import client
 from tests.testbed.cluster import COMPONENTS, Cluster, TestbedError, pids_mentioning
 
 
-def _listening(port):
-    """Local addresses listening on ``port`` (from /proc/net/tcp and tcp6)."""
-    found = set()
-    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+def _listening_sockets():
+    """{socket inode: (table, local address hex, port)} for every TCP socket in LISTEN state."""
+    found = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
             for line in f.readlines()[1:]:
-                local, state = line.split()[1], line.split()[3]
-                addr, hexport = local.split(":")
-                if state == "0A" and int(hexport, 16) == port:  # 0A = LISTEN
-                    found.add(addr if width == 8 else "v6:" + addr)
+                fields = line.split()
+                if fields[3] == "0A":  # LISTEN
+                    addr, hexport = fields[1].split(":")
+                    found[fields[9]] = (table, addr, int(hexport, 16))
     return found
+
+
+def _socket_inodes(pid):
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
 
 
 def test_server_reports_the_stamped_release(testbed):
@@ -41,9 +53,17 @@ def test_components_listen_on_loopback_only(testbed):
     assert testbed.cluster is not None, "reused kubeconfig is not <dir>/kubeconfig of a tests/testbed/cluster.py cluster"
     ports = testbed.cluster.ports()
     assert len(ports) == 6 and all(ports.values()), ports
+    listening = _listening_sockets()
     loopback = "0100007F"  # 127.0.0.1 in /proc/net/tcp's little-endian hex
-    for option, port in ports.items():
-        assert _listening(port) == {loopback}, "%s (port %s) listens on %s" % (option, port, _listening(port))
+    seen_ports = set()
+    for component in COMPONENTS:
+        sockets = [listening[i] for i in _socket_inodes(testbed.cluster.pid(component)) if i in listening]
+        assert sockets, "%s listens nowhere?" % component
+        for table, addr, port in sockets:
+            assert (table, addr) == ("/proc/net/tcp", loopback), "%s listens on %s %s:%d" % (component, table, addr, port)
+            seen_ports.add(port)
+    # Every port cluster.py chose is in use by the cluster, all on 127.0.0.1.
+    assert set(ports.values()) <= seen_ports, (ports, seen_ports)
     assert all(s["healthy"] for s in testbed.cluster.status().values())
 
 
