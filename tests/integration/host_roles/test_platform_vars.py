@@ -61,7 +61,7 @@ def _driver_templar(platform, **overrides):
 
 
 def _driver_install_names(platform, **overrides):
-    templar, _ = _driver_templar(platform, **overrides)
+    templar = _driver_templar(platform, **overrides)[0]
     expression = _task_expression("nvidia_driver", "validate.yml",
                                   "Settle the package names to install, with the version pin where one is wanted",
                                   "nvidia_driver_install_names")
@@ -115,7 +115,7 @@ def _toolkit_variables(**overrides):
 
 
 def _toolkit_install_names(manager, **overrides):
-    templar, _ = _toolkit_variables(**overrides)
+    templar = _toolkit_variables(**overrides)[0]
     task_name = "Install the toolkit packages with %s" % manager
     for task in _load(ROLES / "container_toolkit" / "tasks" / "install.yml"):
         if task.get("name") == task_name:
