@@ -173,6 +173,15 @@ def test_validation_catches_broken_nodes_and_passes_healthy_ones(operator_sandbo
         message = " ".join(result.failure_messages())
         assert "op-a100" in message and "op-h200" in message and "op-h100:" not in message
         assert not core.list_pod_for_all_namespaces(label_selector="gpufleet.io/smoke-test=true").items  # cleaned up
+
+        # The operator role's readiness wait names each node and operand that is not ready.
+        waited = operator_sandbox.site("--tags", "operator", extra_vars=dict(settings, gpu_operator_wait_timeout=5))
+        assert waited.rc != 0, waited
+        message = " ".join(waited.failure_messages())
+        assert message.startswith("GPU Operator not ready after 5s"), message
+        assert "op-h200: device-plugin (no nvidia-device-plugin-daemonset pod on the node)" in message
+        assert "op-h200: gpu-feature-discovery (no gpu-feature-discovery pod on the node)" in message
+        assert "op-h100:" not in message
     finally:
         core.patch_node("op-a100", {"metadata": {"labels": {"nvidia.com/gpu.deploy.device-plugin": "true"}}})
         core.patch_node("op-h200", {"spec": {"taints": None}})
