@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write awx/surveys/mig-reconfigure.json: the MIG reconfiguration survey (job template and workflow), its profile choices taken from the
 named configs the collection knows (planning library ``resolve.named_configs``), so AWX offers exactly what the
 playbook's pre-flight accepts. Run from the repository root after `make setup`:
@@ -89,7 +88,7 @@ def render(survey):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--check", action="store_true", help="fail if the committed survey is out of date")
     args = parser.parse_args()
     text = render(build_survey(named_configs()))

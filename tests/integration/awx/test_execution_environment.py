@@ -13,7 +13,7 @@ BIN = os.path.join(ROOT, ".venv", "bin")
 
 
 def run(*cmd, cwd=ROOT):
-    proc = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, "%s failed:\n%s%s" % (" ".join(cmd), proc.stdout, proc.stderr)
     return proc.stdout
 

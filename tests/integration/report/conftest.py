@@ -98,7 +98,7 @@ def run_report(testbed, workdir, extra_vars, check=False):
                 "PATH": "%s%s%s" % (Path(sys.executable).parent, os.pathsep, env.get("PATH", ""))})
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "report.yml", "-i", "localhost,",
            "-e", json.dumps(variables)] + (["--check"] if check else [])
-    proc = subprocess.run(cmd, cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
     path = out_dir / "report.json"
     report = json.loads(path.read_text()) if path.exists() else None
     return proc, report

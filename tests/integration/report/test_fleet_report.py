@@ -139,11 +139,12 @@ def screenshot_and_check(html, tmp_path, report, planted):
     shot = tmp_path / "report.png"
     args = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1600"]
     proc = subprocess.run(args + ["--screenshot=%s" % shot, html.as_uri()], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, check=False)
     assert proc.returncode == 0 and shot.exists(), proc.stderr[-2000:]
     assert png_size(shot) == (1400, 1600) and shot.stat().st_size > 20000, "blank or tiny screenshot"
     # The DOM as the browser built it: one picture per GPU, slices coloured by state, totals and findings.
-    dom = subprocess.run(args + ["--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    dom = subprocess.run(args + ["--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120,
+                         check=False).stdout
     gpus = sum(len(n["gpus"]) for n in report["nodes"])
     assert dom.count('<svg class="gpu"') == gpus
     assert 'data-node="%s" data-gpu="0" data-profile="1g.10gb" data-state="idle" data-pod="%s"' % (

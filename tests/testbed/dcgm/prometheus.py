@@ -127,4 +127,4 @@ if __name__ == "__main__":
             path = find_binary()
         except PrometheusError as exc:
             sys.exit(str(exc))
-        print(subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()[0])
+        print(subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[0])

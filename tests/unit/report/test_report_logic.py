@@ -122,8 +122,8 @@ def test_idle_needs_a_holder_and_low_activity():
 
 
 def test_pods_matched_by_request_without_exporter_pod_labels():
-    pods = [pod("a", {"nvidia.com/mig-1g.10gb": "2"}, "n"), pod("done", {"nvidia.com/mig-1g.10gb": "1"}, "n",
-                                                                 phase="Succeeded")]
+    finished = pod("done", {"nvidia.com/mig-1g.10gb": "1"}, "n", phase="Succeeded")
+    pods = [pod("a", {"nvidia.com/mig-1g.10gb": "2"}, "n"), finished]
     built = build([h100("n")], pods)
     held = [s for s in built["nodes"][0]["gpus"][0]["slices"] if s["pod"]]
     assert [(s["pod"], s["pod_mapping"], s["state"]) for s in held] == [("ml/a", "by-request", "allocated")] * 2
