@@ -111,6 +111,7 @@ class Cluster:
         self.directory = Path(directory).resolve()
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.lock_wait_seconds = 0.0  # time up() waited for another cluster's start (not start time)
+        self.reaper = None  # watchdog process from start_reaper()
 
     # -- paths -----------------------------------------------------------------------------
     @property
@@ -333,6 +334,27 @@ class Cluster:
                 output.seek(0)
                 raise TestbedError("%s failed (rc=%d): %s" % (shlex.join(cmd), proc.returncode, output.read()[-3000:]))
 
+    def start_reaper(self, owner_pid):
+        """Start a detached watchdog that stops this cluster if ``owner_pid`` exits without down().
+
+        kwokctl runs the components in their own sessions, so they outlive a killed test run; the
+        watchdog exits by itself once the cluster directory is gone (normal teardown).
+        """
+        with open(self.directory / "reaper.log", "a") as log:
+            self.reaper = subprocess.Popen(  # pylint: disable=consider-using-with  # outlives this call on purpose
+                [sys.executable, "-m", "tests.testbed.cluster", "reap", "--owner", str(owner_pid), "--name", self.name,
+                 "--dir", str(self.directory), "--bin-dir", str(self.bin_dir)],
+                cwd=str(REPO_ROOT), start_new_session=True, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        return self.reaper
+
+    def reap(self, owner_pid, interval=1.0):
+        """Wait until ``owner_pid`` is gone or the cluster was stopped; stop it in the first case."""
+        while self.cluster_dir.exists() and pid_alive(owner_pid):
+            time.sleep(interval)
+        if self.cluster_dir.exists():
+            print("owner %d exited without stopping testbed %r; stopping it" % (owner_pid, self.name), flush=True)
+            self.down()
+
     def down(self, timeout=30.0):
         """Stop every process of this cluster and remove its files; raise if any process survives."""
         if self.cluster_dir.exists():
@@ -353,16 +375,21 @@ class Cluster:
                 path.unlink()
         if self.cluster_dir.exists():
             subprocess.run(["rm", "-rf", str(self.cluster_dir)], check=False)
+        if self.reaper is not None:
+            self.reaper.wait(timeout=10)  # it exits within a second of the cluster directory going away
+            self.reaper = None
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
-    parser.add_argument("action", choices=["up", "down", "env", "status"])
+    parser.add_argument("action", choices=["up", "down", "env", "status", "reap"])
     parser.add_argument("--name", default=os.environ.get("GPUFLEET_TESTBED_NAME", DEFAULT_NAME))
     parser.add_argument("--dir", default=os.environ.get("GPUFLEET_TESTBED_DIR", str(DEFAULT_DIR)))
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="readiness deadline (s) for up")
+    parser.add_argument("--bin-dir", help="testbed binaries (default: tests/testbed/build.sh path)")
+    parser.add_argument("--owner", type=int, help="reap: stop the cluster once this PID has exited")
     args = parser.parse_args(argv)
-    cluster = Cluster(args.name, args.dir)
+    cluster = Cluster(args.name, args.dir, args.bin_dir)
     try:
         if args.action == "up":
             seconds = cluster.up(timeout=args.timeout)
@@ -371,6 +398,8 @@ def main(argv=None):
         elif args.action == "down":
             cluster.down()
             print("testbed %r stopped; no process left" % cluster.name)
+        elif args.action == "reap":
+            cluster.reap(args.owner)
         elif args.action == "env":
             for key, value in cluster.env().items():
                 print("export %s=%s" % (key, shlex.quote(value)))

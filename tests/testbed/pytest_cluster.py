@@ -257,6 +257,7 @@ def testbed(tmp_path_factory):
         seconds = cluster.up()
     except TestbedError as exc:
         pytest.fail("testbed cluster did not start: %s" % exc, pytrace=False)
+    cluster.start_reaper(os.getpid())  # stops the cluster even if this run is killed
     bed = Testbed(cluster.kubeconfig, cluster.bin_dir, workdir, cluster=cluster)
     bed.start_seconds = seconds
     _SESSION_NOTES.append("testbed cluster %s started in %.1fs (%.1fs waiting for another start)"

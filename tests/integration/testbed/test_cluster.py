@@ -8,12 +8,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import signal
 import subprocess
+import sys
 
 import pytest
 from kubernetes import client
 
-from tests.testbed.cluster import COMPONENTS, Cluster, TestbedError, pids_mentioning
+from tests.testbed.cluster import COMPONENTS, REPO_ROOT, Cluster, TestbedError, pids_mentioning
 
 
 def _listening_sockets():
@@ -105,3 +107,33 @@ def test_start_failure_names_the_component(testbed, tmp_path):
     assert "first unhealthy: etcd" in message, message
     assert "simulated etcd crash" in message, message
     assert pids_mentioning(str(broken.cluster_dir) + os.sep) == []
+
+
+def test_killed_owner_does_not_leak_the_cluster(testbed, tmp_path):
+    """A test run killed with SIGKILL (no fixture teardown) still leaves no cluster process behind."""
+    directory = tmp_path / "orphan"
+    owner = subprocess.Popen(  # pylint: disable=consider-using-with
+        [sys.executable, "-c",
+         "import os, sys, time\n"
+         "from tests.testbed.cluster import Cluster\n"
+         "c = Cluster(sys.argv[1], sys.argv[2], sys.argv[3])\n"
+         "c.up(timeout=90)\n"
+         "c.start_reaper(os.getpid())\n"
+         "print('up', flush=True)\n"
+         "time.sleep(600)\n",
+         "orphan-%d" % os.getpid(), str(directory), str(testbed.bin_dir)],
+        cwd=str(REPO_ROOT), stdout=subprocess.PIPE, text=True)
+    orphan = Cluster("orphan-%d" % os.getpid(), directory, testbed.bin_dir)
+    try:
+        assert owner.stdout.readline().strip() == "up"
+        assert all(orphan.pid(c) for c in COMPONENTS)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+        testbed.wait_for(lambda: not pids_mentioning(str(orphan.cluster_dir) + os.sep), 45,
+                         "the reaper to stop the orphaned cluster")
+        assert "exited without stopping" in (directory / "reaper.log").read_text()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait(10)
+        orphan.down()
