@@ -58,9 +58,7 @@ class TestbedError(RuntimeError):
 
 
 def default_bin_dir():
-    """Directory with the testbed binaries: $GPUFLEET_TESTBED_BIN or what build.sh reports."""
-    if os.environ.get("GPUFLEET_TESTBED_BIN"):
-        return Path(os.environ["GPUFLEET_TESTBED_BIN"])
+    """Directory with the testbed binaries as build.sh reports it ($TESTBED_BIN overrides)."""
     out = subprocess.run([str(BUILD_SCRIPT), "path"], check=True, capture_output=True, text=True)
     return Path(out.stdout.strip())
 
