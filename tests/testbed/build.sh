@@ -78,9 +78,22 @@ build_helm() {
     "helm.sh/helm/$major/cmd/helm@$HELM_VERSION"
 }
 
+# Fail loudly if version stamping broke: Helm checks charts' kubeVersion against the server's gitVersion.
+check_versions() {
+  "$BIN/kube-apiserver" --version | grep -qx "Kubernetes $K8S_VERSION" \
+    || { say "kube-apiserver reports '$("$BIN/kube-apiserver" --version)', expected Kubernetes $K8S_VERSION"; exit 1; }
+  "$BIN/helm" version --short | grep -q "^$HELM_VERSION" \
+    || { say "helm reports '$("$BIN/helm" version --short)', expected $HELM_VERSION"; exit 1; }
+}
+
 case "${1:-all}" in
   path) echo "$BIN"; exit 0 ;;
-  all) build_kwok; build_helm; build_etcd; build_kube ;;
+esac
+# One build per binaries directory at a time (concurrent `make` runs would race on the .tmp files).
+exec 9>"$BIN/.build.lock"
+flock 9
+case "${1:-all}" in
+  all) build_kwok; build_helm; build_etcd; build_kube; check_versions ;;
   *) "build_$1" ;;
 esac
 say "binaries ready in $BIN"
