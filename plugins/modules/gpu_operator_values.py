@@ -186,6 +186,9 @@ def main():
     problems = settings_problems(settings, mig_problems)
     if problems:
         module.fail_json(msg="GPU Operator settings rejected before any change: " + "; ".join(problems), problems=problems)
+    if settings["mig_config"] is not None and not settings["gpu_models"]:
+        module.warn("no GPU models known (set gpu_model per GPU host or gpu_operator_gpu_models): "
+                    "mig_config was checked for syntax only, not against the fleet's GPUs")
     for warning in single_strategy_warnings(settings, mixed_configs):
         module.warn(warning)
     module.exit_json(
