@@ -189,7 +189,8 @@ def test_time_slicing_multiplies_and_renames():
         {"name": "nvidia.com/gpu", "replicas": 4}, {"name": "nvidia.com/mig-1g.18gb", "replicas": 2, "rename": "small"}]}}}
     shared = operands.time_slicing(config)
     host = make_host(make_gpu("H200", 0, True, ["1g.18gb"] * 7), make_gpu("H200", 1))
-    resources, _ = operands.device_plugin_resources(host, "mixed")
+    resources, error = operands.device_plugin_resources(host, "mixed")
+    assert error is None
     assert operands.apply_time_slicing(resources, shared) == {"nvidia.com/gpu": 4, "small": 14}
     labels = operands.apply_time_slicing_labels(operands.gfd_labels(host, "mixed"), shared)
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H200-SHARED"

@@ -366,12 +366,12 @@ def test_slow_apply_shows_the_pause_protocol(gpu_cluster, add_gpu_node):
     gpu_cluster.label(name, CONFIG, "all-3g.71gb")
     gpu_cluster.wait_labels(name, {STATE: "pending", DP: "paused-for-mig-change"})
 
-    def plugin_gone():
-        pods = gpu_cluster.operand_pods(name)
-        return pods if "nvidia-device-plugin-daemonset" not in pods else None
-    paused = gpu_cluster.testbed.wait_for(plugin_gone, 30, "device plugin pod gone")
-    assert paused == ["nvidia-mig-manager", "nvidia-operator-validator"]
-    assert gpu_cluster.allocatable(name)["nvidia.com/gpu"] == "0"  # plugin gone: nothing allocatable
+    gpu_cluster.testbed.wait_for(
+        lambda: gpu_cluster.operand_pods(name) == ["nvidia-mig-manager", "nvidia-operator-validator"],
+        30, "paused operand pods (device plugin, GFD, dcgm-exporter) gone from the node")
+    assert gpu_cluster.labels(name)[STATE] == "pending"  # still applying (fault slow)
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name)["nvidia.com/gpu"] == "0", 10,
+                                 "nothing allocatable while the device plugin is gone")
     gpu_cluster.wait_labels(name, {STATE: "success", DP: "true"}, timeout=60)
     gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 60, "operands back")
     gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/mig-3g.71gb") == "4", 30,

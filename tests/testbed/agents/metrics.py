@@ -34,20 +34,20 @@ def _labels(pairs):
 
 def render(node, summary, values):
     """Prometheus text exposition of one host's GPUs and MIG devices."""
-    series = {name: [] for name, _, _ in GPU_METRICS + DEVICE_METRICS}
+    series = {metric[0]: [] for metric in GPU_METRICS + DEVICE_METRICS}
     for gpu in summary["gpus"]:
         base = [("gpu", gpu["index"]), ("UUID", gpu["uuid"]), ("pci_bus_id", gpu["pci_bus_id"]),
                 ("device", "nvidia%d" % gpu["index"]), ("modelName", gpu["name"]), ("Hostname", node)]
         own = values.get(str(gpu["index"]), {})
         mig = gpu["mig_mode"]["current"] == 1
-        for name, _, _ in GPU_METRICS:
+        for name in (m[0] for m in GPU_METRICS):
             if name == "DCGM_FI_DEV_GPU_UTIL" and mig:
                 continue
             series[name].append((base, own.get(name, 0)))
         if not mig:
             total_mb = gpu["memory_total_bytes"] // 2 ** 20
             used = own.get("DCGM_FI_DEV_FB_USED", 0)
-            for name, _, _ in DEVICE_METRICS:
+            for name in (m[0] for m in DEVICE_METRICS):
                 default = total_mb - used if name == "DCGM_FI_DEV_FB_FREE" else 0
                 series[name].append((base, own.get(name, default)))
             continue
@@ -55,7 +55,7 @@ def render(node, summary, values):
             labels = base + [("GPU_I_PROFILE", gi["profile"]), ("GPU_I_ID", gi["id"])]
             slice_values = values.get("%d/%d" % (gpu["index"], gi["id"]), {})
             used = slice_values.get("DCGM_FI_DEV_FB_USED", 0)
-            for name, _, _ in DEVICE_METRICS:
+            for name in (m[0] for m in DEVICE_METRICS):
                 default = (gi["memory_mb"] or 0) - used if name == "DCGM_FI_DEV_FB_FREE" else 0
                 series[name].append((labels, slice_values.get(name, default)))
     lines = []
