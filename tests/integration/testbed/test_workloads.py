@@ -223,3 +223,31 @@ def test_watch_on_nodes_sees_label_change(testbed, testbed_node):
     testbed.core.patch_node(name, {"metadata": {"labels": {"gpufleet.test/watched": "yes"}}})
     watcher.join(35)
     assert "event" in seen, "the watch delivered the label change"
+
+
+def test_scheduler_accounts_for_gpu_allocatable(testbed, testbed_namespace, testbed_node, node_label):
+    """Nodes made with allocatable nvidia.com/gpu get real extended-resource scheduling."""
+    key, value = node_label
+    node = testbed_node("gpu", labels={key: value}, allocatable={"nvidia.com/gpu": "8"}).metadata.name
+    assert testbed.core.read_node(node).status.capacity["nvidia.com/gpu"] == "8"
+
+    def gpu_pod(name, count):
+        return client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PodSpec(node_selector={key: value}, containers=[client.V1Container(
+                name="cuda", image="registry.invalid/cuda:1",
+                resources=client.V1ResourceRequirements(limits={"nvidia.com/gpu": str(count)}))]),
+        )
+
+    testbed.core.create_namespaced_pod(testbed_namespace, gpu_pod("takes-six", 6))
+    testbed.wait_for(lambda: testbed.core.read_namespaced_pod("takes-six", testbed_namespace).status.phase == "Running",
+                     60, "pod takes-six Running on %s" % node)
+    testbed.core.create_namespaced_pod(testbed_namespace, gpu_pod("wants-four", 4))
+
+    def unschedulable():
+        conditions = testbed.core.read_namespaced_pod("wants-four", testbed_namespace).status.conditions or []
+        return [c for c in conditions if c.type == "PodScheduled" and c.status == "False"
+                and "nvidia.com/gpu" in (c.message or "")]
+
+    testbed.wait_for(unschedulable, 60, "pod wants-four Pending for lack of nvidia.com/gpu")
+    assert testbed.core.read_namespaced_pod("wants-four", testbed_namespace).spec.node_name is None
