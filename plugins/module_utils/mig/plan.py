@@ -185,8 +185,10 @@ def plan_node(hardware, config_name=None, config=None, mig_devices=None, config_
     docs/DEVELOPING.md (Planning) for the per-GPU keys. Raises PlanningError subclasses for input
     that cannot be planned at all (unknown config, profile, model; malformed config).
     """
+    if not (hardware or {}).get("gpus"):
+        raise PlanningError("the hardware facts list no GPU; there is nothing to plan")
     gpus = []
-    for gpu in sorted((hardware or {}).get("gpus", []), key=lambda g: g["index"]):
+    for gpu in sorted(hardware["gpus"], key=lambda g: g["index"]):
         gpus.append(dict(gpu, model=model_for_gpu(gpu)))
     targets = _targets(gpus, config_name, config, mig_devices, config_source)
     entries = [_plan_gpu(gpu, gpu["model"], target) for gpu, target in zip(gpus, targets)]
