@@ -160,11 +160,11 @@ def creation_order(profile_table, requested, fixed=None):
     items = []
     for name in sorted(requested, key=lambda n: (_size_key(by_name[n]), n)):
         items.extend([name] * requested[name])
-    if len(set(items)) <= 1 or len(items) <= 8:
-        for order in _unique_permutations(items):
-            placements = simulate_driver(profile_table, order, fixed)
-            if placements is not None:
-                return order, placements
+    # GPUs hold at most 8 instances, so trying every distinct ordering stays small (<= 8! / repeats).
+    for order in _unique_permutations(items):
+        placements = simulate_driver(profile_table, order, fixed)
+        if placements is not None:
+            return order, placements
     return None, None
 
 
