@@ -144,6 +144,8 @@ class NvmlSession(object):
     def _profile_info(self, handle, index):
         try:
             return pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index, 2)
+        except TypeError:  # nvidia-ml-py before 12.x: no version argument, v1 struct without a name
+            return pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
         except pynvml.NVMLError as exc:
             if _is(exc, "FunctionNotFound"):
                 return pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index, 1)
