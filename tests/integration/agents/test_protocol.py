@@ -222,6 +222,33 @@ def test_time_slicing_config_from_cluster_policy(gpu_cluster, add_gpu_node):
     gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "8", 30, "8 GPUs")
 
 
+def test_deploy_operands_false_removes_operands(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "operands-off")
+    gpu_cluster.label(name, "nvidia.com/gpu.deploy.operands", "false")
+    gpu_cluster.wait_labels(name, {DP: None, "nvidia.com/gpu.deploy.mig-manager": None})
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == [], 60, "no operand pods")
+    gpu_cluster.label(name, "nvidia.com/gpu.deploy.operands", None)
+    gpu_cluster.wait_labels(name, {DP: "true", "nvidia.com/gpu.deploy.mig-manager": "true"})
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 60, "operands back")
+
+
+def test_gfd_labels_go_stale_while_gfd_is_paused(gpu_cluster, add_gpu_node):
+    name = ready_node(gpu_cluster, add_gpu_node, "gfd-paused")
+    gpu_cluster.label(name, CONFIG, "all-7g.141gb")
+    gpu_cluster.wait_labels(name, {STATE: "success", "nvidia.com/mig-7g.141gb.count": "2"}, timeout=90)
+    gpu_cluster.set_faults(name, ["wedge-pending"])
+    gpu_cluster.label(name, CONFIG, "all-balanced")
+    gpu_cluster.wait_labels(name, {STATE: "pending", DP: PAUSED})
+    gpu_cluster.testbed.wait_for(lambda: "gpu-feature-discovery" not in gpu_cluster.operand_pods(name), 30, "GFD gone")
+    hoststate.reboot(gpu_cluster.state_path(name))  # MIG devices do not survive a reboot
+    time.sleep(3)  # > the agents' rescan interval: a running GFD would have relabelled by now
+    assert gpu_cluster.labels(name)["nvidia.com/mig-7g.141gb.count"] == "2"
+    gpu_cluster.set_faults(name, [])
+    gpu_cluster.label(name, CONFIG, "all-7g.141gb")  # re-apply; GFD runs again and sees the hardware
+    gpu_cluster.wait_labels(name, {STATE: "success", DP: "true", "nvidia.com/mig-7g.141gb.count": "2"}, timeout=90)
+    assert len(gpu_instances(gpu_cluster, name, 0)) == 1
+
+
 # -- MIG Manager: success paths ---------------------------------------------------------------
 
 def test_mixed_all_balanced_full_sequence(gpu_cluster, add_gpu_node):
