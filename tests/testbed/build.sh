@@ -31,12 +31,14 @@ build_kube() {
   printf 'module local/k8sbuild\n\ngo 1.26.0\n' > go.mod
   local upstream_mod
   upstream_mod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  for g in $(sed -n 's/^godebug[[:space:]]*//p' "$upstream_mod"); do go mod edit -godebug="$g"; done
-  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$upstream_mod"); do
+  while read -r g; do go mod edit -godebug="$g"; done < <(sed -n 's/^godebug[[:space:]]*//p' "$upstream_mod")
+  while read -r m; do
     go mod edit -replace="$m=$m@$staging"
-  done
+  done < <(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$upstream_mod")
   local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-  go get -tool $(printf "k8s.io/kubernetes/cmd/%s@$K8S_VERSION " "${cmds[@]}")
+  local tools=()
+  for c in "${cmds[@]}"; do tools+=("k8s.io/kubernetes/cmd/$c@$K8S_VERSION"); done
+  go get -tool "${tools[@]}"
   go mod tidy
   local ldflags="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
