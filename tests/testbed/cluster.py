@@ -110,6 +110,7 @@ class Cluster:
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.lock_wait_seconds = 0.0  # time up() waited for another cluster's start (not start time)
         self.reaper = None  # watchdog process from start_reaper()
+        self.already_running = False  # up() found a healthy cluster and left it as it was
 
     # -- paths -----------------------------------------------------------------------------
     @property
@@ -280,6 +281,7 @@ class Cluster:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.cluster_dir.exists():
             if self.is_running():
+                self.already_running = True
                 return time.monotonic() - started
             self.down()  # half-dead leftovers: start clean rather than patch them up
         with open(START_LOCK, "w") as lock:
@@ -391,6 +393,9 @@ def main(argv=None):
     try:
         if args.action == "up":
             seconds = cluster.up(timeout=args.timeout)
+            if cluster.already_running:
+                print("testbed %r already running and healthy; export KUBECONFIG=%s" % (cluster.name, cluster.kubeconfig))
+                return 0
             print("testbed %r ready in %.1fs (%.1fs of it waiting for another cluster's start); export KUBECONFIG=%s"
                   % (cluster.name, seconds, cluster.lock_wait_seconds, cluster.kubeconfig))
         elif args.action == "down":
