@@ -118,7 +118,8 @@ def _label_vs_allocatable(summary, strategy, problems):
                 problems.append("label nvidia.com/mig-%s.count=%d but allocatable %s%s=%d"
                                 % (profile, count, RESOURCE_MIG_PREFIX, profile, advertised))
         for resource, advertised in sorted(allocatable.items()):
-            if resource.startswith(RESOURCE_MIG_PREFIX) and resource[len(RESOURCE_MIG_PREFIX):] not in summary["mig_devices"]:
+            # A resource no longer advertised stays in the node status at 0 (kubelet keeps extended resources).
+            if advertised and resource.startswith(RESOURCE_MIG_PREFIX) and resource[len(RESOURCE_MIG_PREFIX):] not in summary["mig_devices"]:
                 problems.append("allocatable %s=%d has no nvidia.com/mig-%s.count label"
                                 % (resource, advertised, resource[len(RESOURCE_MIG_PREFIX):]))
     elif label_count is not None and allocatable.get(RESOURCE_GPU, 0) != label_count and not summary["mig_invalid"]:

@@ -64,7 +64,7 @@ def test_bad_settings_are_rejected_before_any_change(operator_sandbox, extra_var
 
 
 def test_check_mode_on_an_empty_cluster_changes_nothing(operator_sandbox):
-    result = operator_sandbox.site("--check", "--diff")
+    result = operator_sandbox.site("--check", "--diff", "--tags", "operator")
     assert result.rc == 0, result
     assert result.task_results("Install or upgrade the GPU Operator chart")[0][1]["changed"] is True
     assert_untouched(operator_sandbox)
@@ -90,7 +90,7 @@ def test_install_validates_and_a_second_run_changes_nothing(operator_sandbox):
 
 def test_check_mode_on_an_installed_operator_changes_nothing(operator_sandbox):
     revision = operator_sandbox.releases()[0]["revision"]
-    result = operator_sandbox.site("--check", extra_vars={"gpu_operator_mig_strategy": "mixed", "gpu_operator_mig_with_reboot": True})
+    result = operator_sandbox.site("--check", "--tags", "operator", extra_vars={"gpu_operator_mig_strategy": "mixed", "gpu_operator_mig_with_reboot": True})
     assert result.rc == 0, result
     assert result.task_results("Install or upgrade the GPU Operator chart")[0][1]["changed"] is True
     assert result.task_results("Patch ClusterPolicy")[0][1]["changed"] is True

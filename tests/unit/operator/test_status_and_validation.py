@@ -82,6 +82,14 @@ def test_healthy_mixed_node_passes_and_lists_smoke_resources():
     assert result["smoke_resources"] == ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"]
 
 
+def test_resources_left_at_zero_are_not_problems():
+    alloc = dict(MIXED_ALLOC, **{"nvidia.com/mig-7g.80gb": "0"})
+    assert validate_node(node("a", MIXED_LABELS, alloc), "mixed", HARDWARE)["problems"] == []
+    alloc["nvidia.com/mig-7g.80gb"] = "1"
+    assert validate_node(node("a", MIXED_LABELS, alloc), "mixed")["problems"] == [
+        "allocatable nvidia.com/mig-7g.80gb=1 has no nvidia.com/mig-7g.80gb.count label"]
+
+
 def test_device_plugin_advertising_nothing_is_caught():
     zero = dict((k, "0") for k in MIXED_ALLOC)
     result = validate_node(node("a", MIXED_LABELS, zero), "mixed", HARDWARE, {"device-plugin": "ready"})
