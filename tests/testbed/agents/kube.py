@@ -71,7 +71,13 @@ class Cache:
                         handler(event["type"], self.as_dict(event["object"]))
                         self.cond.notify_all()
             except ApiException as err:
-                if err.status not in (404, 410):
+                if err.status == 404 and name == "policy":
+                    with self.cond:  # no ClusterPolicy CRD (chart not installed): nothing to play yet
+                        if self.policy is not None or not self.synced[name]:
+                            handler("SYNC", [])
+                            self.synced[name] = True
+                            self.cond.notify_all()
+                elif err.status != 410:
                     LOG.warning("watch %s: %s", name, err.reason)
                 self.stopping.wait(1)  # CRD not installed yet, or history expired: list again
             except Exception as err:  # pylint: disable=broad-except  # keep watching through API restarts
