@@ -212,12 +212,12 @@ class Cluster:
         except (OSError, ssl.SSLError) as exc:
             return None, str(exc)
 
-    def component_health(self, component):
+    def component_health(self, component, ports=None):
         """(healthy, detail) for one component: process alive and its health endpoint says ok."""
         pid = self.pid(component)
         if pid is None or not pid_alive(pid):
             return False, "process not running (pid %s)" % pid
-        p = self.ports()
+        p = ports or self.ports()
         if component == "etcd":
             code, body = self._get("http://127.0.0.1:%s/health" % p.get("etcdPort"))
             return code == 200 and '"true"' in body, "GET /health -> %s %s" % (code, body.strip()[:200])
@@ -232,10 +232,11 @@ class Cluster:
         return code == 200 and body.strip() == "ok", "GET health -> %s %s" % (code, body.strip()[:200])
 
     def status(self):
-        """{component: {"healthy": bool, "pid": int|None, "detail": str}} plus the kubeconfig path."""
+        """{component: {"healthy": bool, "pid": int or None, "detail": str}} for every component."""
         result = {}
+        ports = self.ports()
         for component in COMPONENTS:
-            healthy, detail = self.component_health(component)
+            healthy, detail = self.component_health(component, ports)
             result[component] = {"healthy": healthy, "pid": self.pid(component), "detail": detail}
         return result
 
