@@ -252,6 +252,15 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
     diagnostics["mig_manager_logs"] = logs
     diagnostics["gpu_pods_on_node"] = sorted(gpu_pods)
     hints = []
+    if diagnostics["state"] == "failed":
+        hints.append("MIG Manager reported failed for %s: its log says why; a GPU held by a client (persistenced, "
+                     "DCGM, a leftover process) is the usual cause, a mode change without reset support needs "
+                     "WITH_REBOOT" % diagnostics["config"])
+    elif diagnostics["state"] in ("pending", "rebooting"):
+        hints.append("MIG Manager is still %s for %s" % (diagnostics["state"], diagnostics["config"]))
+    if logs and all(text.startswith("(logs unavailable") for text in logs.values()):
+        hints.append("MIG Manager logs could not be read through the API (kubectl logs -n %s %s)" % (
+            namespace, ", ".join(sorted(logs))))
     if not logs:
         hints.append("no MIG Manager pod on %s (is nvidia.com/gpu.deploy.mig-manager=true?)" % node_name)
     if diagnostics["paused_deploy_labels"]:
