@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES
 from tests.testbed.gpusim import hoststate
 
 STATE = "nvidia.com/mig.config.state"
@@ -87,6 +88,12 @@ def ready_node(gpu_cluster, add_gpu_node, hint, model="H200", count=2, operands=
     gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == expected, 60,
                                  "operand pods %s on %s" % (expected, name))
     return name
+
+
+@pytest.fixture(scope="module", autouse=True)
+def chart_values(gpu_cluster):
+    """This module's chart values, re-applied in case tests of other parts changed the release."""
+    gpu_cluster.install_chart(GPU_CLUSTER_VALUES)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ next to it (for `make demo`); `stop` ends that process.
 """
 
 import argparse
+import ctypes
 import os
 import signal
 import subprocess
@@ -74,6 +75,12 @@ def _with_nvml_lib(args):
 
 def run(args):
     _with_nvml_lib(args)
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as err:
+        print("simulated NVML (libnvidia-ml.so.1) not loadable: %s; pass --nvml-lib-dir "
+              "(tests/testbed/gpusim/build.sh prints it)" % err, file=sys.stderr)
+        return 2
     from tests.testbed.agents.agent import Agents, Timing, configure_logging
 
     configure_logging(args.verbose)
