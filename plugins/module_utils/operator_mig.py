@@ -48,8 +48,8 @@ def _entry_problems(where, entry, models, unknown_models):
         if solution.feasible:
             return []
         reasons.append("%s: %s" % (model["name"], solution.reason))
-    return ["%s: %s fits on no GPU of the inventory (%s)" % (where, describe(wanted), "; ".join(reasons) or
-                                                               "no model has all these profiles")]
+    why = "; ".join(reasons) or "no model has all these profiles"
+    return ["%s: %s fits on no GPU of the inventory (%s)" % (where, describe(wanted), why)]
 
 
 def mig_config_findings(config, gpu_models):
