@@ -1,11 +1,15 @@
 # Demo: the sandbox (testbed cluster, simulated GPU nodes, agents, smoke runtime, workloads) and the
 # playbooks run as a user runs them. The cluster stays up until `make demo-down`.
-SANDBOX := $(BIN)/python -m tests.testbed.sandbox.sandbox
+# TESTBED_DIR (mk/testbed.mk) and SANDBOX_DIR move the cluster and the simulated hosts, e.g. for a second sandbox.
+SANDBOX_DIR ?= $(CURDIR)/.sandbox
 DEMO_TESTBED_BIN = $(shell tests/testbed/build.sh path)
-# helm and kubectl of the testbed on PATH; helm's cache and config inside .sandbox, not in $HOME.
-DEMO_ENV = PATH="$(DEMO_TESTBED_BIN):$$PATH" KUBECONFIG=$(CURDIR)/.testbed/kubeconfig \
-	HELM_CACHE_HOME=$(CURDIR)/.sandbox/helm/cache HELM_CONFIG_HOME=$(CURDIR)/.sandbox/helm/config \
-	HELM_DATA_HOME=$(CURDIR)/.sandbox/helm/data
+# The sandbox script and inventories/sandbox read the same two directories from these variables;
+# helm and kubectl of the testbed on PATH; helm's cache and config inside the sandbox dir, not in $HOME.
+DEMO_ENV = GPUFLEET_TESTBED_DIR=$(TESTBED_DIR) GPUFLEET_SANDBOX_DIR=$(SANDBOX_DIR) \
+	PATH="$(DEMO_TESTBED_BIN):$$PATH" KUBECONFIG=$(TESTBED_DIR)/kubeconfig \
+	HELM_CACHE_HOME=$(SANDBOX_DIR)/helm/cache HELM_CONFIG_HOME=$(SANDBOX_DIR)/helm/config \
+	HELM_DATA_HOME=$(SANDBOX_DIR)/helm/data
+SANDBOX = $(DEMO_ENV) $(BIN)/python -m tests.testbed.sandbox.sandbox
 DEMO_PLAYBOOK = $(DEMO_ENV) $(BIN)/ansible-playbook -i inventories/sandbox
 MIG_RECONFIGURE_PLAYBOOK = $(firstword $(wildcard mig-reconfigure.yml playbooks/mig-reconfigure.yml))
 
@@ -25,7 +29,7 @@ else
 	@echo "[demo] mig-reconfigure.yml is not there yet: skipping the all-balanced rollout"
 endif
 	$(DEMO_PLAYBOOK) site.yml --tags validate
-	@echo "[demo] cluster left running: export KUBECONFIG=$(CURDIR)/.testbed/kubeconfig; stop it with make demo-down"
+	@echo "[demo] cluster left running: export KUBECONFIG=$(TESTBED_DIR)/kubeconfig; stop it with make demo-down"
 
 demo-down: setup ## stop the sandbox and the testbed cluster (no process left)
 	-$(SANDBOX) down
