@@ -282,6 +282,38 @@ def test_mixed_all_balanced_full_sequence(gpu_cluster, add_gpu_node):
     assert pod_uids(gpu_cluster.testbed, name, "nvidia-operator-validator").isdisjoint(validator)
 
 
+def test_custom_config_from_cluster_policy(gpu_cluster, add_gpu_node):
+    """spec.migManager.config.name selects a ConfigMap (key config.yaml); its names replace the generated ones."""
+    core = gpu_cluster.testbed.core
+    custom = ("version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n"
+              "  inference:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: {3g.71gb: 1, 1g.18gb: 3}\n"
+              "  - devices: [1]\n    mig-enabled: false\n"
+              "  wrong-model:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {1g.10gb: 7}\n")
+    core.create_namespaced_config_map("gpu-operator", client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="custom-mig-config"), data={"config.yaml": custom}))
+    try:
+        name = ready_node(gpu_cluster, add_gpu_node, "custom", "H200", 2)
+        gpu_cluster.patch_policy({"migManager": {"config": {"name": "custom-mig-config"}}})
+        gpu_cluster.label(name, CONFIG, "inference")
+        gpu_cluster.wait_labels(name, {STATE: "success", "nvidia.com/mig-3g.71gb.count": "1",
+                                       "nvidia.com/mig-1g.18gb.count": "3"}, timeout=90)
+        assert gpu_instances(gpu_cluster, name, 0) == ["1g.18gb", "1g.18gb", "1g.18gb", "3g.71gb"]
+        assert mig_modes(gpu_cluster, name) == [(1, 1), (0, 0)]
+        gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "1", 30,
+                                     "GPU 1 still a full GPU")
+        gpu_cluster.label(name, CONFIG, "all-balanced")  # generated name, absent from the custom config
+        gpu_cluster.wait_labels(name, {STATE: "failed", DP: "true"}, timeout=60)
+        assert "selected mig-config not present: all-balanced" in gpu_cluster.mig_manager_log(name)
+        gpu_cluster.label(name, CONFIG, "wrong-model")  # an H100 profile on an H200: fails naming GPU and profile
+        gpu_cluster.wait_labels(name, {STATE: "failed", CONFIG: "wrong-model", DP: "true"}, timeout=60)
+        gpu_cluster.testbed.wait_for(
+            lambda: "GPU 0 (NVIDIA H200): MIG profile 1g.10gb is not supported" in gpu_cluster.mig_manager_log(name),
+            10, "failure naming GPU and profile")
+    finally:
+        gpu_cluster.patch_policy({"migManager": {"config": {"name": ""}}})
+        core.delete_namespaced_config_map("custom-mig-config", "gpu-operator")
+
+
 def test_a100_order_dependent_layout_is_found(gpu_cluster, add_gpu_node):
     """mig-parted tries creation orders until one fits (A100: 3g.20gb must come first)."""
     name = ready_node(gpu_cluster, add_gpu_node, "a100", "A100-SXM4-40GB", 1)
