@@ -504,3 +504,17 @@ def test_metrics_endpoint_per_node_and_slice(gpu_cluster, add_gpu_node):
                for line in text.splitlines()), text
     assert 'DCGM_FI_DEV_FB_FREE{gpu="0"' in text and "%s\"} %d" % (gi["id"], 71424 - 1000) in text
     assert 'modelName="NVIDIA H200",Hostname="%s"' % name in text
+
+
+def test_policy_ready_ignores_nodes_operands_cannot_tolerate(gpu_cluster, add_gpu_node):
+    """A taint the operand DaemonSets do not tolerate keeps their pods off the node, as the DaemonSet
+    controller does; the ClusterPolicy stays ready. nvidia.com/gpu:NoSchedule is tolerated (§7)."""
+    tainted = add_gpu_node("tainted", "A30", 1, taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}])
+    gpu_tainted = ready_node(gpu_cluster, add_gpu_node, "gpu-taint", "A30", 1,
+                             taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    gpu_cluster.wait_labels(tainted, {"nvidia.com/gpu.present": "true", DP: "true"})
+    time.sleep(2)
+    assert gpu_cluster.operand_pods(tainted) == []
+    assert gpu_cluster.operand_pods(gpu_tainted) == OPERANDS
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.policy().get("status", {}).get("state") == "ready", 30,
+                                 "ClusterPolicy ready")

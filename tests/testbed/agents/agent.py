@@ -334,10 +334,13 @@ class Agents:
         missing = []
         for name, node in sorted(gpu_nodes.items()):
             labels = node["metadata"].get("labels") or {}
+            taints = (node.get("spec") or {}).get("taints") or []
             for ds in daemonsets:
                 selector = ds.spec.template.spec.node_selector or {}
                 if not all(labels.get(k) == v for k, v in selector.items()):
                     continue
+                if not tolerates(ds.spec.template.spec.tolerations or [], taints):
+                    continue  # the DaemonSet controller places no pod there either
                 app = (ds.spec.template.metadata.labels or {}).get("app", ds.metadata.name)
                 if not self.cache.running_pod(name, self.namespace, app):
                     missing.append("%s on %s" % (ds.metadata.name, name))
@@ -361,6 +364,19 @@ class Agents:
         ignore_missing(self.cache.custom.patch_cluster_custom_object_status, POLICY_GROUP, POLICY_VERSION,
                        POLICY_PLURAL, POLICY_NAME, body)
         LOG.info("ClusterPolicy %s: %s (%s)", POLICY_NAME, state, ready[2])
+
+
+def tolerates(tolerations, taints):
+    """Whether pods with these tolerations (V1Toleration) may run on a node with these taints (dicts)."""
+    for taint in taints:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any((t.key in (None, "") and t.operator == "Exists")
+                   or (t.key == taint.get("key") and (t.operator == "Exists" or t.value == taint.get("value"))
+                       and t.effect in (None, "", taint.get("effect")))
+                   for t in tolerations):
+            return False
+    return True
 
 
 def configure_logging(verbose=False):
