@@ -179,6 +179,8 @@ class Cluster:
             "etcdBinary": str(b / "etcd"),
             "kwokControllerBinary": str(b / "kwok"),
             "cacheDir": str(self.kwok_workdir / "cache"),
+            # kwok serves `kubectl logs` from Logs objects (the simulated MIG Manager writes its log there).
+            "enableCRDs": ["Logs"],
         }
         options.update(ports)
         config = {"kind": "KwokctlConfiguration", "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "options": options}
