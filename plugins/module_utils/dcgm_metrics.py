@@ -88,15 +88,23 @@ def parse_exposition(text):
         yield match.group("name"), labels, match.group("value")
 
 
-def scrape_endpoints(endpoints, timeout=10):
-    """Samples read now from dcgm-exporter endpoints ([{url, node?}]); ``node`` fills in a missing host label."""
+def scrape_endpoints(endpoints, timeout=10, errors=None):
+    """Samples read now from dcgm-exporter endpoints ([{url, node?}]); ``node`` fills in a missing host label.
+
+    An endpoint that fails raises MetricsError, or - when ``errors`` is a list - is recorded there and skipped,
+    so one unreachable exporter does not hide the others' data.
+    """
     samples = []
     for endpoint in endpoints:
         try:
             text = open_url(endpoint["url"], timeout=timeout).read().decode("utf-8")
         except Exception as exc:
-            raise MetricsError("dcgm-exporter endpoint %s (node %s) failed: %s"
-                               % (endpoint["url"], endpoint.get("node") or "?", exc))
+            message = "dcgm-exporter endpoint %s (node %s) failed: %s" % (
+                endpoint["url"], endpoint.get("node") or "?", exc)
+            if errors is None:
+                raise MetricsError(message)
+            errors.append(message)
+            continue
         for metric, labels, value in parse_exposition(text):
             if endpoint.get("node") and not any(labels.get(k) for k in HOST_LABELS):
                 labels["Hostname"] = endpoint["node"]
@@ -104,6 +112,28 @@ def scrape_endpoints(endpoints, timeout=10):
             if sample:
                 samples.append(sample)
     return samples
+
+
+EXPORTER_POD_SELECTOR = "app=nvidia-dcgm-exporter"  # the GPU Operator's dcgm-exporter DaemonSet pods (§7)
+EXPORTER_DEFAULT_PORT = 9400  # dcgm-exporter's default listener (NVIDIA dcgm-exporter command reference)
+
+
+def discover_endpoints(pods, port=None):
+    """Endpoints of running dcgm-exporter pods (API dicts): pod IP, the container port named ``metrics``
+    (else ``port`` or 9400), and the node the pod runs on."""
+    endpoints = []
+    for pod in pods:
+        status, spec = pod.get("status") or {}, pod.get("spec") or {}
+        if status.get("phase") != "Running" or not status.get("podIP") or not spec.get("nodeName"):
+            continue
+        named = [p.get("containerPort") for c in spec.get("containers") or [] for p in c.get("ports") or []
+                 if p.get("name") == "metrics" and p.get("containerPort")]
+        chosen = port or (named[0] if named else EXPORTER_DEFAULT_PORT)
+        host = status["podIP"]
+        if ":" in host:
+            host = "[%s]" % host  # IPv6
+        endpoints.append({"url": "http://%s:%d/metrics" % (host, chosen), "node": spec["nodeName"]})
+    return sorted(endpoints, key=lambda e: e["node"])
 
 
 def pivot(samples):

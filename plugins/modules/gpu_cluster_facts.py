@@ -48,6 +48,17 @@ options:
       node:
         description: Node the endpoint belongs to, used when its series carry no host name label.
         type: str
+  dcgm_discover:
+    description:
+      - Find the GPU Operator's dcgm-exporter pods (label C(app=nvidia-dcgm-exporter)) and read each one at its pod
+        IP - for a controller that can reach pod IPs, such as an execution environment running in the cluster.
+      - Used when neither O(prometheus_url) nor O(dcgm_endpoints) is given.
+    type: bool
+    default: false
+  dcgm_port:
+    description:
+      - Port of discovered exporters; default the container port named C(metrics), else 9400.
+    type: int
   window:
     description: Seconds of metrics history that activity is averaged (and memory use maximised) over.
     type: int
@@ -164,6 +175,8 @@ def main():
         prometheus_url=dict(type="str"),
         dcgm_endpoints=dict(type="list", elements="dict", options=dict(
             url=dict(type="str", required=True), node=dict(type="str"))),
+        dcgm_discover=dict(type="bool", default=False),
+        dcgm_port=dict(type="int"),
         window=dict(type="int", default=600),
         idle_below=dict(type="float", default=0.05),
         stuck_after=dict(type="int", default=900),
@@ -189,18 +202,31 @@ def main():
     nodes = [api_client.sanitize_for_serialization(n) for n in nodes]
     pods = [api_client.sanitize_for_serialization(p) for p in pods]
 
-    samples, source, metrics_error = [], "none", None
+    samples, source, metrics_error, scrape_errors = [], "none", None, []
     try:
         if params["prometheus_url"]:
             samples = dcgm_metrics.query_prometheus(params["prometheus_url"], params["window"],
                                                     timeout=params["metrics_timeout"])
             source = "prometheus"
         elif params["dcgm_endpoints"]:
-            samples = dcgm_metrics.scrape_endpoints(params["dcgm_endpoints"], timeout=params["metrics_timeout"])
-            source = "dcgm-exporter"
+            samples = dcgm_metrics.scrape_endpoints(params["dcgm_endpoints"], timeout=params["metrics_timeout"],
+                                                    errors=scrape_errors)
+            source = "dcgm-exporter" if samples else "none"
+        elif params["dcgm_discover"]:
+            exporters = [p for p in pods if (p["metadata"].get("labels") or {}).get("app") == "nvidia-dcgm-exporter"]
+            endpoints = dcgm_metrics.discover_endpoints(exporters, port=params["dcgm_port"])
+            if not endpoints:
+                raise dcgm_metrics.MetricsError("no running dcgm-exporter pods (label %s) found"
+                                                % dcgm_metrics.EXPORTER_POD_SELECTOR)
+            samples = dcgm_metrics.scrape_endpoints(endpoints, timeout=params["metrics_timeout"], errors=scrape_errors)
+            source = "dcgm-exporter" if samples else "none"
     except dcgm_metrics.MetricsError as exc:
         metrics_error = str(exc)
         module.warn("report built without metrics: %s" % exc)
+    if scrape_errors:
+        metrics_error = "; ".join(scrape_errors)
+        module.warn("%s of the dcgm-exporter endpoints failed, their nodes have no metrics: %s"
+                    % (len(scrape_errors), metrics_error))
 
     built = report.build_report(
         nodes, pods, metrics=dcgm_metrics.pivot(samples), metrics_source=source,

@@ -34,6 +34,22 @@ def test_layout_lost_at_reboot_is_reported_as_drift(testbed, gpu_cluster, add_gp
         gi["id"] for gi in hoststate.summary(gpu_cluster.state_path(name))["gpus"][0]["gpu_instances"])
     assert drift_for(healthy, name) == [], drift_for(healthy, name)
 
+    # Discovery finds the operator's dcgm-exporter pod on the node; kwok's pod IPs lead nowhere, so the report
+    # says which endpoint failed instead of pretending there were no metrics.
+    def exporter_ip():
+        pods = testbed.core.list_pod_for_all_namespaces(
+            label_selector="app=nvidia-dcgm-exporter", field_selector="spec.nodeName=%s" % name).items
+        running = [p for p in pods if p.status.phase == "Running" and p.status.pod_ip]
+        return running[0].status.pod_ip if running else None
+
+    testbed.wait_for(exporter_ip, 60, "the dcgm-exporter operand pod Running on %s" % name)
+    discover = {"gpu_report_dcgm_discover": True, "gpu_report_metrics_timeout": 2}
+    proc, discovered = run_report(testbed, tmp_path / "discover", discover)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    output = proc.stdout + proc.stderr
+    assert "%s:9400/metrics (node %s) failed" % (exporter_ip(), name) in output, output[-3000:]
+    assert discovered["metrics_source"] in ("none", "dcgm-exporter")
+
     hoststate.reboot(gpu_cluster.state_path(name))  # MIG devices are gone; the label still says success
     proc, after = run_report(testbed, tmp_path / "after", {"gpu_report_dcgm_endpoints": endpoints})
     assert proc.returncode == 0, proc.stdout[-4000:]

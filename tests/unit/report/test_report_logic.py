@@ -177,3 +177,24 @@ def test_renderings_show_nodes_slices_and_findings(with_metrics):
     assert html.count('<svg class="gpu"') == 2
     assert ('data-state="idle"' in html) == with_metrics
     assert 'data-kind="stuck" data-node="m"' in html
+
+
+def test_exporter_pods_become_endpoints():
+    def exporter(name, node_name, ip, phase="Running", ports=None):
+        return {"metadata": {"name": name}, "spec": {"nodeName": node_name, "containers": [{"ports": ports or []}]},
+                "status": {"phase": phase, "podIP": ip}}
+    pods = [exporter("a", "n2", "10.0.0.2", ports=[{"name": "metrics", "containerPort": 9500}]),
+            exporter("b", "n1", "fd00::1"), exporter("c", "n3", "10.0.0.3", phase="Pending"),
+            exporter("d", "n4", None)]
+    assert dcgm_metrics.discover_endpoints(pods) == [
+        {"url": "http://[fd00::1]:9400/metrics", "node": "n1"}, {"url": "http://10.0.0.2:9500/metrics", "node": "n2"}]
+    assert dcgm_metrics.discover_endpoints(pods[:1], port=9401)[0]["url"] == "http://10.0.0.2:9401/metrics"
+
+
+def test_one_failing_endpoint_does_not_hide_the_others():
+    errors = []
+    assert dcgm_metrics.scrape_endpoints([{"url": "http://127.0.0.1:9/metrics", "node": "n"}], timeout=2,
+                                         errors=errors) == []
+    assert len(errors) == 1 and "127.0.0.1:9" in errors[0] and "node n" in errors[0]
+    with pytest.raises(dcgm_metrics.MetricsError):
+        dcgm_metrics.scrape_endpoints([{"url": "http://127.0.0.1:9/metrics"}], timeout=2)
