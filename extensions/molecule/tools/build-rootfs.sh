@@ -4,8 +4,16 @@
 # Usage: build-rootfs.sh [SUITE]   (env: GPUFLEET_DEBIAN_MIRROR, GPUFLEET_CACHE)
 set -euo pipefail
 suite="${1:-bookworm}"
-# Same mirror as the machine's own apt sources (deb.debian.org on the build and CI hosts).
-mirror="${GPUFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# The Debian archive the machine's own apt sources use (deb822 "URIs:" or one-line "deb" entries; not the security
+# archive), so the rootfs comes from a mirror known to be reachable; deb.debian.org when none is found.
+host_debian_mirror() {
+  grep -h -E '^(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources \
+      2>/dev/null \
+    | sed -E 's/^URIs:[[:space:]]*//; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?//' | awk '{print $1}' \
+    | grep -E '/debian/?$' | grep -v -- '-security' | head -n 1 || true
+}
+mirror="${GPUFLEET_DEBIAN_MIRROR:-$(host_debian_mirror)}"
+mirror="${mirror:-http://deb.debian.org/debian}"
 # python3 + python3-apt: Ansible modules run inside the chroot; systemd: unit enablement is checked for real;
 # initramfs-tools + kmod: the nouveau blacklist handler rebuilds a real initramfs config;
 # containerd: a real runtime config for the toolkit role; gnupg: apt keyring handling.
