@@ -3,8 +3,10 @@
 # the tracked and new files, with the local Python 3.11 (no containers).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
-dest=$root/build/sanity/ansible_collections/gpufleet/gpu_operator
-rm -rf "$dest" && mkdir -p "$dest"
+work=$(mktemp -d "$root/build/sanity.XXXXXX" 2>/dev/null || { mkdir -p "$root/build"; mktemp -d "$root/build/sanity.XXXXXX"; })
+trap 'rm -rf "$work"' EXIT
+dest=$work/ansible_collections/gpufleet/gpu_operator
+mkdir -p "$dest"
 cd "$root"
 # ansible-test fetches its pip bootstrap from a host these machines cannot reach: provide it locally.
 pip_version=$(python - <<'PY'
