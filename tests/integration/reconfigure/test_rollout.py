@@ -2,9 +2,11 @@
 run by ansible-playbook under the least-privilege ServiceAccount. Every test also checks that nothing was
 lost: only planned (GPU) pods were evicted, and every cordon we set was restored or reported."""
 
+import datetime
+import json
+import os
 import signal
 import time
-import os
 
 import pytest
 
@@ -49,6 +51,29 @@ def rollout_vars(lock, **extra):
             "mig_reconfigure_apply_timeout": 90, "mig_reconfigure_verify_timeout": 60}
     base.update(extra)
     return base
+
+
+def kill_tree(pid):
+    """SIGKILL a process and every descendant (Ansible's workers call setsid, so a process group is not enough)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(children.get(current, []))
+    for victim in tree:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def rows_of(result):
@@ -283,22 +308,31 @@ def test_controller_killed_mid_rollout_then_rerun_resumes(testbed, gpu_cluster, 
         wait_advertised(testbed, name)
     before = gpu_workloads(names)
     lock = unique_name("lock")
-    variables = dict(rollout_vars(lock), profile="all-1g.10gb", mig_reconfigure_nodes=order)
+    variables = dict(rollout_vars(lock), profile="all-1g.10gb", mig_reconfigure_nodes=order,
+                     mig_reconfigure_lock_duration=40)
 
     proc = runner.playbook(PLAYBOOK, order, variables, popen=True)
     try:
         testbed.wait_for(lambda: node_view(testbed, canary)["labels"].get(STATE) == "pending", 120,
                          "the canary to be pending")
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the controller dies mid-rollout
+        kill_tree(proc.pid)  # the controller dies mid-rollout, module processes included
         proc.communicate(timeout=30)
     half = node_view(testbed, canary)
     assert half["unschedulable"] and half["annotations"].get(PRIOR_ANNOTATION) == "false"
 
+    lease_after_kill = testbed.kubectl("get", "lease", "-n", "gpu-operator", lock, "-o", "yaml", check=False).stdout
     refused = runner.playbook(PLAYBOOK, order, variables)
-    assert refused.rc != 0 and "another MIG rollout holds lock" in refused.task("Take the rollout lock")["msg"]
+    assert refused.rc != 0, "lease after kill:\n%s\n%s\n%s" % (lease_after_kill, json.dumps(
+        refused.task("Plan every node")["plan"], indent=1)[:3000], json.dumps(refused.task("Cut the nodes"))[:2000])
+    assert "another MIG rollout holds lock" in refused.task("Take the rollout lock")["msg"]
 
-    time.sleep(11)  # the dead controller's lease expires (duration 10 s, no renewals)
+    # The dead controller's lease expires (no renewals), then a new rollout may take it over.
+    lease = testbed.kubectl("get", "lease", "-n", "gpu-operator", lock, "-o", "json").stdout
+    renewed = json.loads(lease)["spec"]["renewTime"]
+    expires = datetime.datetime.strptime(renewed[:19], "%Y-%m-%dT%H:%M:%S").replace(
+        tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=41)
+    time.sleep(max(0.0, (expires - datetime.datetime.now(datetime.timezone.utc)).total_seconds()))
     resumed = runner.playbook(PLAYBOOK, order, variables)
     assert resumed.rc == 0, resumed.explain()
     plan = dict((p["node"], p) for p in resumed.task("Plan every node")["plan"])
