@@ -23,7 +23,7 @@ description:
   - Bare pods and pods with emptyDir volumes block the drain before any change unless O(force) or
     O(delete_emptydir_data) allow them.
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
 options:
@@ -74,9 +74,11 @@ options:
     default: 5.0
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Lists exactly the pods that would be evicted and the budgets that would block; changes nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows the node's schedulability before and after.
 notes:

@@ -25,7 +25,7 @@ description:
     holding GPUs). Nodes already at the target are skipped; half-done nodes are finished.
   - Used by the C(gpufleet.gpu_operator.mig_reconfigure) role, which runs the canary and the batches.
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
 options:
@@ -116,9 +116,11 @@ options:
         default: 120
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: With O(phase=apply), returns the plan of the batch and changes nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 """
 

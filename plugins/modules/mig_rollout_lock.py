@@ -18,7 +18,7 @@ description:
     then taken over, so a re-run can resume the rollout. O(break_lock) takes a live lease explicitly.
   - The rollout modules renew the lease while they work (see M(gpufleet.gpu_operator.mig_rollout)).
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
 options:
@@ -53,9 +53,11 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Reports whether the lease would be taken or refused without writing it.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 """
 
