@@ -56,7 +56,7 @@ class PlaybookResult:
 
     def table(self):
         results = self.task_results("Print the validation table")
-        return results[0][1]["msg"] if results else []
+        return results[0][1]["msg"].splitlines() if results else []
 
     def __repr__(self):
         return "rc=%s failures=%s\nstderr=%s" % (self.rc, self.failure_messages(), self.stderr[-2000:])
