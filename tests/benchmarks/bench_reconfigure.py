@@ -101,10 +101,27 @@ def run_playbook(playbook, inv, kubeconfig, extra_vars=None):
     wall = time.monotonic() - started
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if proc.returncode != 0:
-        raise SystemExit("playbook %s failed (rc %s):\n%s\n%s" % (playbook, proc.returncode, proc.stdout[-5000:],
-                                                                    proc.stderr[-3000:]))
+        messages = sorted(set(m for m in __import__("re").findall(r'"message": "([^"]*)"', proc.stdout)))[:10]
+        raise SystemExit("playbook %s failed (rc %s): %s\n%s" % (playbook, proc.returncode, messages,
+                                                                proc.stderr[-3000:]))
     data = json.loads(proc.stdout[proc.stdout.index("{"):])
     return wall, data, (peak_kb if peak_kb > before else None)
+
+
+def task_seconds(data):
+    """Wall seconds per task name (summed over repeats), from the JSON callback's task durations."""
+    import datetime
+    out = {}
+    for play in data["plays"]:
+        for task in play["tasks"]:
+            duration = task["task"].get("duration") or {}
+            if duration.get("start") and duration.get("end"):
+                start, end = (datetime.datetime.strptime(duration[k][:26].rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f")
+                              for k in ("start", "end"))
+                name = task["task"]["name"].split(" : ", 1)[-1]
+                name = "Reconfigure batch" if name.startswith("Reconfigure batch") else name
+                out[name] = round(out.get(name, 0.0) + (end - start).total_seconds(), 2)
+    return out
 
 
 def batch_results(data):
@@ -174,6 +191,9 @@ def ours(agents, kubeconfig, workdir, names, max_unavailable):
         "overhead_per_node_s": round((wall - critical) / len(names), 3),
         "api_requests_per_node": round(requests / float(len(names)), 1), "api_requests_by_verb": by_verb,
         "peak_rss_mb": round(peak_kb / 1024.0, 1) if peak_kb else None,
+        "module_batch_s": [b.get("duration_s") for b in batches],
+        "slowest_node_per_batch_s": [round(max(sum(r["timings"].values()) for r in b["rows"]), 2) for b in batches],
+        "task_seconds": task_seconds(data),
     }
 
 
