@@ -96,8 +96,8 @@ def plan_one(ctx, ops, node_name, target, hardware=None):
     try:
         node = ops.get_node(node_name)
     except ApiException as exc:
-        entry["errors"].append("node %s: %s" % (node_name, "not found" if exc.status == 404 else
-                                                  "cannot read (HTTP %s)" % exc.status))
+        reason = "not found" if exc.status == 404 else "cannot read (HTTP %s)" % exc.status
+        entry["errors"].append("node %s: %s" % (node_name, reason))
         return entry
     labels = labels_of(node)
     annotations = annotations_of(node)
@@ -183,8 +183,12 @@ PLAN_COLUMNS = ("node", "model", "current", "target", "evict", "budgets", "reset
 def plan_table(entries):
     rows = []
     for e in entries:
-        status = "INVALID" if e["errors"] else ("at target" if e.get("at_target") else
-                                               ("resume" if e.get("half_done") else "change"))
+        if e["errors"]:
+            status = "INVALID"
+        elif e.get("at_target"):
+            status = "at target"
+        else:
+            status = "resume" if e.get("half_done") else "change"
         rows.append((e["node"], e.get("model") or "?", e.get("current") or "?", e.get("target") or "?",
                      str(len(e.get("pods_to_evict") or [])), ", ".join(e.get("blocking_budgets") or []) or "-",
                      e.get("reset_or_reboot") or "-", status))

@@ -146,8 +146,8 @@ class RolloutLock(object):
             raise LockHeld("lost rollout lock %s/%s (holder now %s)" % (
                 self.namespace, self.name, lease_view(existing)["holder"] if existing else "nobody"))
         self._count("update")
-        self.api.replace_namespaced_custom_object(*self._coords(), name=self.name,
-                                                body=self._body(existing, acquire=False))
+        body = self._body(existing, acquire=False)
+        self.api.replace_namespaced_custom_object(*self._coords(), name=self.name, body=body)
 
     def release(self, check_mode=False):
         """Delete the lease if we hold it. Returns (changed, outcome)."""
