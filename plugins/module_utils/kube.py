@@ -19,7 +19,7 @@ import traceback
 try:
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
-    from kubernetes.client.rest import ApiException  # noqa: F401  pylint: disable=unused-import  (re-exported for callers)
+    from kubernetes.client.rest import ApiException  # noqa: F401  pylint: disable=unused-import
 
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None

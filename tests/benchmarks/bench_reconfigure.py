@@ -83,9 +83,9 @@ def log(message):
 
 def inventory(path, nodes):
     hosts = dict((n, {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}) for n in nodes)
-    path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local",
-                                                                      "ansible_python_interpreter": sys.executable}},
-                                             "children": {"gpu_nodes": {"hosts": hosts}}}}))
+    localhost = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": localhost},
+                                            "children": {"gpu_nodes": {"hosts": hosts}}}}))
     return path
 
 
@@ -97,13 +97,13 @@ def run_playbook(playbook, inv, kubeconfig, extra_vars=None):
            "-e", json.dumps(extra_vars or {})]
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.monotonic()
-    proc = subprocess.run(cmd, env=env, cwd=str(ROOT), capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, cwd=str(ROOT), capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if proc.returncode != 0:
         messages = sorted(set(m for m in __import__("re").findall(r'"message": "([^"]*)"', proc.stdout)))[:10]
-        raise SystemExit("playbook %s failed (rc %s): %s\n%s" % (playbook, proc.returncode, messages,
-                                                                proc.stderr[-3000:]))
+        raise SystemExit("playbook %s failed (rc %s): %s\n%s"
+                         % (playbook, proc.returncode, messages, proc.stderr[-3000:]))
     data = json.loads(proc.stdout[proc.stdout.index("{"):])
     return wall, data, (peak_kb if peak_kb > before else None)
 
@@ -201,7 +201,7 @@ def naive(kubeconfig, workdir, names):
     book = workdir / "naive.yml"
     book.write_text(NAIVE_PLAYBOOK % {"profile": PROFILE})
     inv = inventory(workdir / "inv-naive.yml", names)
-    wall, data, _ = run_playbook(book, inv, kubeconfig)
+    wall, data, _peak = run_playbook(book, inv, kubeconfig)
     polls = []
     for play in data["plays"]:
         for task in play["tasks"]:

@@ -16,8 +16,9 @@ print(get_venv_packages(NativePythonConfig(version="3.11", path="python3"))["pip
 PY
 )
 mkdir -p ~/.ansible/test/cache
-cp tests/sanity/get_pip_bootstrap.py ~/.ansible/test/cache/get_pip_${pip_version//./_}.py
+cp tests/sanity/get_pip_bootstrap.py ~/.ansible/test/cache/"get_pip_${pip_version//./_}.py"
 git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents -P {} "$dest/" 2>/dev/null || true
 cd "$dest"
 git init -q . && git add -A >/dev/null 2>&1
+# shellcheck disable=SC2086  # SANITY_ARGS holds several options
 ansible-test sanity --python 3.11 --requirements --color no ${SANITY_ARGS:-}

@@ -5,7 +5,7 @@
 # probe.log, gpu_info_direct.json, bench_gpu_info.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-probe}; mkdir -p "$OUT"
-root=$(cd "$(dirname "$0")/../../.." && pwd); cd "$root"
+root=$(cd "$(dirname "$0")/../../.." && pwd); cd "$root" || exit 1
 mkdir -p .collections/ansible_collections/gpufleet
 ln -sfn ../../.. .collections/ansible_collections/gpufleet/gpu_operator
 export ANSIBLE_CONFIG=$root/ansible.cfg PYTHONUNBUFFERED=1

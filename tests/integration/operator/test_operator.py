@@ -85,7 +85,7 @@ def test_install_validates_and_a_second_run_changes_nothing(operator_sandbox):
 
     again = operator_sandbox.site()
     assert again.rc == 0, again
-    assert again.changed == 0, [(t, h) for t, h in again.data["stats"].items()]
+    assert again.changed == 0, list(again.data["stats"].items())
 
 
 def test_check_mode_on_an_installed_operator_changes_nothing(operator_sandbox):

@@ -68,7 +68,7 @@ class Runner(object):
             return subprocess.Popen(cmd, env=self.env(), cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
         proc = subprocess.run(cmd, env=self.env(), cwd=str(REPO_ROOT), capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, check=False)
         return PlaybookResult(proc.returncode, proc.stdout, proc.stderr)
 
     def module(self, module, args, check=False, timeout=600):
@@ -95,8 +95,7 @@ class PlaybookResult(object):
 
     def tasks(self):
         for play in self.data.get("plays", []):
-            for task in play.get("tasks", []):
-                yield task
+            yield from play.get("tasks", [])
 
     @staticmethod
     def _name(task):
@@ -140,8 +139,8 @@ def deploy(testbed, namespace, name, node, replicas=1, resources=None, runtime_c
     """A Deployment pinned to ``node`` (so evicted pods come back Pending while it is cordoned)."""
     labels = dict(labels or {}, app=name)
     # matchFields on metadata.name: kwok nodes carry no kubernetes.io/hostname label.
-    spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
+    pinned = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [pinned]}}},
             "containers": [{"name": "main", "image": "busybox", "resources": {"limits": resources or {}}}]}
     if runtime_class:
         spec["runtimeClassName"] = runtime_class

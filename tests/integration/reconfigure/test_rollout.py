@@ -168,8 +168,8 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
     assert not again.ran("Reconfigure batch")
 
 
-def test_unknown_and_invalid_profiles_are_rejected_before_any_change(testbed, gpu_cluster, add_gpu_node, runner,
-                                                                      gpu_workloads):
+def test_unknown_and_invalid_profiles_are_rejected_before_any_change(
+        testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
     names = sorted([add_gpu_node("rc-bad-a", "H100-80GB-HBM3", 2), add_gpu_node("rc-bad-b", "A100-SXM4-40GB", 1)])
     for name in names:
         wait_advertised(testbed, name)
@@ -195,8 +195,8 @@ def test_unknown_and_invalid_profiles_are_rejected_before_any_change(testbed, gp
         assert workload_pods(testbed, name, before[name]) == before[name]
 
 
-def test_gpu_held_fails_the_canary_and_halts_with_diagnostics(testbed, gpu_cluster, add_gpu_node, runner,
-                                                               gpu_workloads):
+def test_gpu_held_fails_the_canary_and_halts_with_diagnostics(
+        testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
     names = sorted([add_gpu_node("rc-held-a", "H100-80GB-HBM3", 1, faults=["gpu-held"]),
                     add_gpu_node("rc-held-b", "H100-80GB-HBM3", 1), add_gpu_node("rc-held-c", "H100-80GB-HBM3", 1)])
     canary = [n for n in names if "held-a" in n][0]
@@ -229,8 +229,8 @@ def test_gpu_held_fails_the_canary_and_halts_with_diagnostics(testbed, gpu_clust
     runner.module("gpu_drain", {"name": canary, "state": "uncordoned"})
 
 
-def test_wedged_pending_times_out_with_diagnostics_then_unwedges(testbed, gpu_cluster, add_gpu_node, runner,
-                                                                  gpu_agents):
+def test_wedged_pending_times_out_with_diagnostics_then_unwedges(
+        testbed, gpu_cluster, add_gpu_node, runner, gpu_agents):
     node = add_gpu_node("rc-wedge", "H200", 1, faults=["wedge-pending"])
     wait_advertised(testbed, node)
     result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock"), mig_reconfigure_apply_timeout=8),

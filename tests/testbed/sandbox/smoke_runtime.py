@@ -191,7 +191,12 @@ def main(argv=None):
         _with_nvml_lib(args)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         runtime = SmokeRuntime(args.kubeconfig, args.hosts_dir)
-        signal.signal(signal.SIGTERM, lambda *_: (runtime.stopping.set(), sys.exit(0)))
+
+        def _stop(*_signal_args):
+            runtime.stopping.set()
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, _stop)
         runtime.run()
         return 0
     if args.command == "start":
@@ -220,7 +225,7 @@ def main(argv=None):
         pidfile.unlink(missing_ok=True)
         return 0
     os.kill(pid, signal.SIGTERM)
-    for _ in range(50):
+    for _attempt in range(50):
         if not _alive(pid):
             break
         time.sleep(0.1)
