@@ -4,7 +4,7 @@
 """Built-in MIG profile tables (data). Kept as Python, not JSON, because Ansible ships only .py
 module_utils to a managed host.
 
-Sources (see /work/shared/reference/nvidia-gpu-operator-and-mig.md):
+Sources (see shared/reference/nvidia-gpu-operator-and-mig.md):
 - profile names and instance counts: NVIDIA MIG User Guide "Supported MIG Profiles" and the static
   mig-parted config (GO@v26.7.0 assets/state-mig-manager/0400_configmap.yaml), reference §4.2, §5.2;
 - nvidia-smi profile ids and placements of the 7-slice (GA100/GH100) layout: the guide's ``-lgipp``
