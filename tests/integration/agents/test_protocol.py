@@ -327,6 +327,9 @@ def test_already_applied_succeeds_without_pausing(gpu_cluster, add_gpu_node):
     name = ready_node(gpu_cluster, add_gpu_node, "applied")
     gpu_cluster.label(name, CONFIG, "all-1g.18gb")
     gpu_cluster.wait_labels(name, {STATE: "success", "nvidia.com/mig-1g.18gb.count": "14"}, timeout=90)
+    # The DaemonSet controller brings the device-plugin pod back after the first run's pause; wait for it.
+    gpu_cluster.testbed.wait_for(lambda: pod_uids(gpu_cluster.testbed, name, "nvidia-device-plugin-daemonset"), 60,
+                                 "the device-plugin pod back on %s" % name)
     plugin = pod_uids(gpu_cluster.testbed, name, "nvidia-device-plugin-daemonset")
     assert plugin
     gpu_cluster.label(name, STATE, "unknown")  # mark, so the next success is visibly new

@@ -57,7 +57,8 @@ def test_collection_dependencies_are_found_by_builder_introspection(tmp_path):
     found = yaml.safe_load(run(os.path.join(BIN, "ansible-builder"), "introspect", "--sanitize", str(installed))
                            .split("---", 1)[1])
     python = requirement_names(found["python"])
-    assert {"kubernetes", "nvidia-ml-py"} <= python
+    assert {"kubernetes", "nvidia-ml-py"} <= python, "introspection found %r in %s: %r" % (
+        found, installed, sorted(str(p.relative_to(installed)) for p in installed.rglob("meta/*")))
     assert {"tar", "gzip", "ca-certificates"} <= requirement_names(found["system"])
 
 
