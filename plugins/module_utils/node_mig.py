@@ -273,19 +273,26 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
 
 
 def unwedge(ops, node_name, target, check_mode=False):
-    """Restore deploy labels MIG Manager left paused and re-trigger it for ``target`` (user-pain.md §1.3):
-    remove the config label (MIG Manager ignores a removed label, §3.4), then set it again, which is the
-    label *change* its informer acts on. Returns {restored_labels, retriggered}."""
+    """Restore deploy labels MIG Manager left paused and re-trigger it for ``target`` (user-pain.md §1.3).
+
+    MIG Manager acts only on a *change* of the config label, or on its own start with the label present
+    (§3.4). Removing and re-adding the label races the operator, which sets ``all-disabled`` on a node
+    without the label (§3.7); so the label is set to ``target`` and the node's MIG Manager pod is restarted
+    (its DaemonSet brings it back and it applies the label it finds). Returns {restored_labels, retriggered,
+    restarted_pods}."""
     node = ops.get_node(node_name)
     restored = paused_deploy_labels(node)
+    managers = [p for p in ops.list_pods_on_node(node_name, label_selector="app=nvidia-mig-manager").get("items", [])
+                if not p["metadata"].get("deletionTimestamp")]
+    restarted = ["%s/%s" % (p["metadata"]["namespace"], p["metadata"]["name"]) for p in managers]
     if check_mode:
-        return {"restored_labels": restored, "retriggered": target}
-    first = {"metadata": {"labels": dict((k, "true") for k in restored)}}
-    first["metadata"]["labels"].update({MIG_CONFIG_LABEL: None, MIG_STATE_LABEL: None})
-    ops.patch_node(node_name, first)
-    ops.patch_node(node_name, {"metadata": {"labels": {MIG_CONFIG_LABEL: target},
-                                            "annotations": {TARGET_CONFIG_ANNOTATION: target}}})
-    return {"restored_labels": restored, "retriggered": target}
+        return {"restored_labels": restored, "retriggered": target, "restarted_pods": restarted}
+    labels = dict((k, "true") for k in restored)
+    labels.update({MIG_CONFIG_LABEL: target, MIG_STATE_LABEL: None})
+    ops.patch_node(node_name, {"metadata": {"labels": labels, "annotations": {TARGET_CONFIG_ANNOTATION: target}}})
+    for pod in managers:
+        ops.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
+    return {"restored_labels": restored, "retriggered": target, "restarted_pods": restarted}
 
 
 def previous_config(node):
