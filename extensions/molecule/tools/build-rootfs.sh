@@ -33,10 +33,10 @@ if [[ ! -s "${tarball}" ]]; then
   }
   trap cleanup EXIT
   echo "build-rootfs: debootstrap --variant=minbase ${suite} from ${mirror}" >&2
-  nice -n 10 debootstrap --variant=minbase --include="${include}" "${suite}" "${work}/root" "${mirror}" >&2
+  nice -n 10 debootstrap --variant=minbase --include="${include}" "${suite}" "${work}/tree" "${mirror}" >&2
   # Keep downloaded .debs out of the image: the scenarios bind a shared apt archive cache instead.
-  rm -f "${work}/root/var/cache/apt/archives/"*.deb
-  tar -C "${work}/root" --numeric-owner -czf "${work}/rootfs.tar.gz" .
+  rm -f "${work}/tree/var/cache/apt/archives/"*.deb
+  tar -C "${work}/tree" --numeric-owner -czf "${work}/rootfs.tar.gz" .
   mv "${work}/rootfs.tar.gz" "${tarball}"
 fi
 echo "${tarball}"
