@@ -12,8 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 BIN = os.path.join(ROOT, ".venv", "bin")
 
 
-def run(*cmd, cwd=ROOT):
-    proc = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+def run(*cmd, cwd=ROOT, env=None):
+    proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, "%s failed:\n%s%s" % (" ".join(cmd), proc.stdout, proc.stderr)
     return proc.stdout
 
@@ -50,9 +50,16 @@ def test_collection_dependencies_are_found_by_builder_introspection(tmp_path):
     context = tmp_path / "context"
     run(os.path.join(BIN, "ansible-builder"), "create", "-f", "execution-environment.yml", "-c", str(context))
     # The galaxy stage of the image build: install the collection from the context directory.
+    # The image build has no ansible.cfg of ours; under `make` ANSIBLE_CONFIG points at the checkout's, whose
+    # collections_path already holds gpufleet.gpu_operator, and ansible-galaxy would then skip the install.
     installed = tmp_path / "collections"
+    image_env = dict((k, v) for k, v in os.environ.items() if not k.startswith("ANSIBLE_"))
+    image_env["ANSIBLE_COLLECTIONS_PATH"] = str(installed)
     run(os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "-p", str(installed),
-        "./gpu_operator", cwd=str(context / "_build"))
+        "./gpu_operator", cwd=str(context / "_build"), env=image_env)
+    assert (installed / "ansible_collections" / "gpufleet" / "gpu_operator" / "galaxy.yml").is_file() or \
+        (installed / "ansible_collections" / "gpufleet" / "gpu_operator" / "MANIFEST.json").is_file(), \
+        "ansible-galaxy installed nothing into %s" % installed
     # The builder stage: what introspection collects is what pip and bindep install into the image.
     found = yaml.safe_load(run(os.path.join(BIN, "ansible-builder"), "introspect", "--sanitize", str(installed))
                            .split("---", 1)[1])
