@@ -135,9 +135,12 @@ class NvmlSession(object):
                 raise NvmlError("GPU %d (%s): reading MIG mode failed: %s" % (index, gpu["name"], exc))
             gpu["mig_capable"] = False
             gpu["mig"] = {"current": False, "pending": False}
-        gpu["profiles"] = self.profile_table(handle, memory_mb, gpu) if profiles and gpu["mig_capable"] else []
-        gpu["instances"] = (self.gpu_instances(handle, gpu["profiles"], gpu)
-                            if instances and gpu["mig"]["current"] and gpu["profiles"] else [])
+        # NVML lists GPU instances per profile, so instances need the profile table even when it is not returned.
+        wants_table = profiles or (instances and gpu["mig"]["current"])
+        table = self.profile_table(handle, memory_mb, gpu) if wants_table and gpu["mig_capable"] else []
+        gpu["profiles"] = table if profiles else []
+        gpu["instances"] = (self.gpu_instances(handle, table, gpu)
+                            if instances and gpu["mig"]["current"] and table else [])
         gpu["processes"] = self.processes(handle, gpu) if processes else []
         return gpu
 

@@ -3,16 +3,18 @@
 # Apache License 2.0 (see LICENSE)
 """Plan and roll a MIG config across nodes: per node drain -> label -> follow -> verify -> uncordon.
 
-A batch runs its nodes concurrently (one thread per node, each following its node with a watch), so a
-batch takes about as long as its slowest node and the rollout stays near the critical-path bound
-ceil(N / max_unavailable) x (drain + apply + verify). Resumable: every step reads the node first and
-skips what is already done (cordon recorded, label at target, state success).
+Nodes run in a sliding window (one thread per node in flight, each following its node with a watch): the
+next node starts as soon as one finishes, so stragglers do not hold a whole batch and the rollout stays near
+the critical-path bound ceil(N / max_unavailable) x (drain + apply + verify). After the first failure no
+further node starts. Each node is re-planned when it starts, so nothing stale is acted on. Resumable: every
+step reads the node first and skips what is already done (cordon recorded, label at target, state success).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -117,6 +119,7 @@ def plan_one(ctx, ops, node_name, target, hardware=None):
         entry["errors"].append("node %s: %s" % (node_name, exc))
         return entry
     entry["config_source"] = source["source"]
+    entry["hardware_source"] = "nvml" if hardware else "gfd labels"
     try:
         hw = hardware or facts.hardware_from_gfd_labels(labels, (node.get("status") or {}).get("allocatable"),
                                                         node_name)
@@ -212,16 +215,18 @@ def format_table(columns, rows):
 
 def _fail(row, stage, message, ctx, ops, node_name, started):
     row.update({"result": "failed", "stage": stage, "message": message,
-                "duration_s": round(time.monotonic() - started, 3)})
+                "duration_s": round(row.get("duration_s", 0.0) + time.monotonic() - started, 3)})
     row["diagnostics"] = node_mig.collect_diagnostics(ops, node_name, ctx.namespace, ctx.options["log_lines"])
     row["left_cordoned"] = row["diagnostics"].get("unschedulable", True)
     row["after"] = row["diagnostics"].get("config")
     return row
 
 
-def reconfigure_node(ctx, node_name, target, planned=None):
-    """Run the whole per-node procedure; returns a summary row (never raises for node-level failures)."""
-    ops = ctx.ops_factory()
+def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None):
+    """Run the whole per-node procedure; returns a summary row (never raises for node-level failures).
+    With ``hold_cordon`` a verified node stays cordoned (result ``verified``) until release_node has
+    compared its hardware too."""
+    ops = ops or ctx.ops_factory()
     started = time.monotonic()
     planned = planned or plan_one(ctx, ops, node_name, target)
     row = {"node": node_name, "model": planned.get("model"), "before": planned.get("current_config"),
@@ -281,16 +286,69 @@ def reconfigure_node(ctx, node_name, target, planned=None):
         if problems:
             return _fail(row, "verify", "node %s: MIG Manager reported success but %s; node left cordoned" % (
                 node_name, "; ".join(problems)), ctx, ops, node_name, started)
+        if hold_cordon:
+            row.update(result="verified", after=target, duration_s=round(time.monotonic() - started, 3),
+                       message="%s -> %s: allocatable and GFD labels verified; cordoned until the hardware is read" % (
+                           row["before"] or "unset", target))
+            return row
         # 5. give the node back as we found it
-        ops.patch_node(node_name, node_mig.finish_annotations_patch())
-        changed, outcome = ctx.drainer(ops, node_name).uncordon()
-        row.update(result="reconfigured", after=target, uncordon=outcome,
-                   duration_s=round(time.monotonic() - started, 3),
-                   message="%s -> %s verified (%s)" % (row["before"] or "unset", target, outcome))
-        return row
+        return _give_back(ctx, ops, node_name, target, row, started, "allocatable and GFD labels")
     except ApiException as exc:
         return _fail(row, "api", "node %s: Kubernetes API error HTTP %s %s" % (node_name, exc.status, exc.reason),
                      ctx, ops, node_name, started)
+
+
+def _give_back(ctx, ops, node_name, target, row, started, what):
+    ops.patch_node(node_name, node_mig.finish_annotations_patch())
+    changed, outcome = ctx.drainer(ops, node_name).uncordon()
+    row.update(result="reconfigured", after=target, uncordon=outcome,
+               duration_s=round(row.get("duration_s", 0.0) + time.monotonic() - started, 3),
+               message="%s -> %s, %s verified (%s)" % (row["before"] or "unset", target, what, outcome))
+    return row
+
+
+def hardware_mismatches(ctx, ops, node_name, target, hardware):
+    """What the GPUs themselves (gpu_info facts read after the change) say differs from ``target``."""
+    source = node_mig.find_config_source(ops, ctx.policy, node_name, ctx.namespace)
+    config = resolve.builtin_config() if source["kind"] == "builtin" else source["text"]
+    try:
+        plan = mig_plan.plan_node(hardware, config_name=target, config=config, config_source=source["source"])
+    except PlanningError as exc:
+        return ["hardware facts cannot be compared: %s" % exc]
+    if not plan["changed"]:
+        return []
+    return ["GPU %s has %s, %s wants %s" % (
+        gpu["index"], "MIG mode change pending" if gpu["mode_write_required"] or gpu["mode_change_required"]
+        else " ".join("%s:%s" % kv for kv in sorted(gpu["current"].items())) or "no MIG devices",
+        target, " ".join("%s:%s" % kv for kv in sorted(gpu["target"].items())) or "MIG disabled")
+        for gpu in plan["gpus"] if gpu["changed"]]
+
+
+def release_node(ctx, row, target, hardware=None):
+    """Finish a node held cordoned after its verification: compare the hardware when facts are given,
+    then uncordon; a mismatch leaves it cordoned and failed, with diagnostics."""
+    if row.get("result") != "verified":
+        return row
+    ops = ctx.ops_factory()
+    started = time.monotonic()
+    row = dict(row)
+    try:
+        node = ops.get_node(row["node"])
+        state = node_mig.mig_state(node)
+        if state["config"] != target or state["state"] != "success":
+            return _fail(row, "release", "node %s: changed since verification (%s=%s, state %s); node left cordoned" % (
+                row["node"], node_mig.MIG_CONFIG_LABEL, state["config"], state["state"]), ctx, ops, row["node"], started)
+        if hardware:
+            problems = hardware_mismatches(ctx, ops, row["node"], target, hardware)
+            row["hardware_verified"] = not problems
+            if problems:
+                return _fail(row, "verify", "node %s: MIG Manager and the device plugin agree but the hardware does not: "
+                             "%s; node left cordoned" % (row["node"], "; ".join(problems)), ctx, ops, row["node"], started)
+        return _give_back(ctx, ops, row["node"], target, row, started,
+                          "allocatable, GFD labels and hardware" if hardware else "allocatable and GFD labels")
+    except ApiException as exc:
+        return _fail(row, "api", "node %s: Kubernetes API error HTTP %s %s" % (row["node"], exc.status, exc.reason),
+                     ctx, ops, row["node"], started)
 
 
 def rollback(ctx, ops, node_name):
@@ -304,20 +362,42 @@ def rollback(ctx, ops, node_name):
     return {"result": followed["final"], "config": previous, "states": followed["states"]}
 
 
-def run_batch(ctx, node_names, target, hardware_by_node=None):
-    """All nodes of one batch at once. The batch is re-planned first (nothing stale is acted on); if any
-    node's plan is invalid, no node is touched. Returns (rows in ``node_names`` order, plans)."""
+def not_started_row(planned, message):
+    return {"node": planned["node"], "model": planned.get("model"), "before": planned.get("current_config"),
+            "after": planned.get("current_config"), "evicted": [], "duration_s": 0.0, "result": "not started",
+            "message": message}
+
+
+def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hold_cordon=False):
+    """Reconfigure ``node_names`` in order, at most ``window`` at a time; once a node fails or its fresh plan
+    is invalid, no further node starts (those in flight finish). Returns (rows, plans) in ``node_names`` order."""
+    hardware_by_node = hardware_by_node or {}
+    halted = []
+    local = threading.local()
+
+    def one(name):
+        if halted:
+            return not_started_row({"node": name}, "not started: the rollout halted after %s failed" % halted[0]), \
+                {"node": name, "errors": [], "not_started": True}
+        if not hasattr(local, "ops"):
+            local.ops = ctx.ops_factory()  # one client per worker thread, reused for its next nodes
+        planned = plan_one(ctx, local.ops, name, target, hardware_by_node.get(name))
+        row = reconfigure_node(ctx, name, target, planned, hold_cordon=hold_cordon, ops=local.ops)
+        if row["result"] in ("failed", "invalid"):
+            halted.append(name)
+        return row, planned
+
     if not node_names:
         return [], []
-    plans = plan_all(ctx, node_names, target, hardware_by_node)
-    if any(p["errors"] for p in plans):
-        rows = []
-        for p in plans:
-            rows.append({"node": p["node"], "model": p.get("model"), "before": p.get("current_config"),
-                         "after": p.get("current_config"), "evicted": [], "duration_s": 0.0,
-                         "result": "invalid" if p["errors"] else "not started",
-                         "message": "; ".join(p["errors"]) or "batch refused: another node's plan is invalid"})
-        return rows, plans
-    with ThreadPoolExecutor(max_workers=len(node_names)) as pool:
-        rows = list(pool.map(lambda p: reconfigure_node(ctx, p["node"], target, p), plans))
-    return rows, plans
+    workers = max(1, min(window or len(node_names), len(node_names)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pairs = list(pool.map(one, node_names))
+    return [row for row, _ in pairs], [plan for _, plan in pairs if not plan.get("not_started")]
+
+
+def release_all(ctx, rows, target, hardware_by_node=None):
+    hardware_by_node = hardware_by_node or {}
+    if not rows:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(rows))) as pool:
+        return list(pool.map(lambda r: release_node(ctx, r, target, hardware_by_node.get(r["node"])), rows))

@@ -22,15 +22,11 @@ description:
   - Waits until the evicted pods are gone, and fails (not warns) when they are not gone by O(timeout).
   - Bare pods and pods with emptyDir volumes block the drain before any change unless O(force) or
     O(delete_emptydir_data) allow them.
-author:
-  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
+  - gpufleet.gpu_operator.attributes
+  - gpufleet.gpu_operator.node
 options:
-  name:
-    description: Name of the node.
-    type: str
-    required: true
   state:
     description:
       - V(drained) cordons and evicts; V(cordoned) only cordons (recording the prior state);
@@ -74,15 +70,15 @@ options:
     default: 5.0
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Lists exactly the pods that would be evicted and the budgets that would block; changes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows the node's schedulability before and after.
 notes:
   - The node stays cordoned when the drain fails (blocked or late); the result says so in RV(cordoned).
+author:
+  - gpufleet maintainers (@gpufleet)
 """
 
 EXAMPLES = r"""

@@ -25,6 +25,8 @@ author:
   - gpufleet contributors (@gpufleet)
 requirements:
   - nvidia-ml-py (pynvml) and the NVIDIA driver's libnvidia-ml.so.1 on the managed host
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.attributes
 options:
   gpus:
     description: GPU indices to read; all GPUs when omitted.
@@ -44,11 +46,9 @@ options:
     default: true
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 notes:
   - Profile names follow C(nvidia-smi mig -lgip) (for example C(1g.18gb), C(1g.18gb+me)); placements are

@@ -21,13 +21,7 @@ description:
   - Read-only; reports problems without failing unless O(fail_on_problems=true).
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+  - gpufleet.gpu_operator.attributes.no_diff
 options:
   nodes:
     description: Nodes to check.

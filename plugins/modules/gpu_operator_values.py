@@ -21,13 +21,8 @@ description:
   - Renders the Helm values of the NVIDIA GPU Operator chart (v26.7.0 value keys), the ConfigMaps the role
     manages (custom MIG config under key C(config.yaml), device-plugin sharing configs), and the
     ClusterPolicy merge patch that switches strategy and config names without a reinstall.
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.attributes.no_diff
 options:
   namespace:
     description: Namespace of the operator; the rendered ConfigMaps go there.

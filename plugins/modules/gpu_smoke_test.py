@@ -22,13 +22,7 @@ description:
   - In check mode it only returns the pods it would run.
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+  - gpufleet.gpu_operator.attributes.no_diff
 options:
   targets:
     description: What to test.

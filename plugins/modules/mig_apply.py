@@ -28,6 +28,8 @@ author:
   - gpufleet contributors (@gpufleet)
 requirements:
   - nvidia-ml-py (pynvml) and the NVIDIA driver's libnvidia-ml.so.1 on the managed host; root
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.attributes
 options:
   config_name:
     description: MIG config name, for example C(all-balanced), C(all-1g.18gb), C(all-disabled).
@@ -49,11 +51,9 @@ options:
     default: false
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Makes no NVML write; returns the plan and the actions it would take.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Each GPU's MIG mode and instances before and after.
 """

@@ -26,6 +26,8 @@ description:
     always fails, naming the model's valid profiles of the same size.
 author:
   - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.attributes
 options:
   gpu_info:
     description: Result of M(gpufleet.gpu_operator.gpu_info) (a dict with C(gpus)).
@@ -70,11 +72,9 @@ options:
     default: true
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Changes nothing in any mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows each GPU's current and target instances when the facts carry current instances.
 """

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 module: mig_rollout
-short_description: Plan a MIG config change for GPU nodes, or roll it over one batch of nodes at once
+short_description: Plan a MIG config change for GPU nodes, or roll it over them a few nodes at a time
 version_added: 0.1.0
 description:
   - O(phase=plan) pre-flights every node in O(nodes) without changing anything - the config exists in the
@@ -17,10 +17,14 @@ description:
     C(<node>-mig-config), or the built-in default), the layout fits the node's GPUs, the node's MIG strategy
     can advertise it, which pods would be evicted and which PodDisruptionBudgets would block - and returns
     the plan as data and as a printable table.
-  - O(phase=apply) re-plans the batch, refuses it whole if any node's plan is invalid, then reconfigures all
-    nodes of the batch concurrently - drain (GPU pods, PDB-aware), set C(nvidia.com/mig.config), follow
-    C(nvidia.com/mig.config.state) with a watch until success or failure (through C(rebooting) until the node
-    is Ready again), verify allocatable and GFD labels against the plan, restore the cordon found.
+  - O(phase=apply) reconfigures the nodes in the order given, at most O(max_unavailable) at a time (the next
+    starts when one finishes) - re-plan the node, drain (GPU pods, PDB-aware), set C(nvidia.com/mig.config),
+    follow C(nvidia.com/mig.config.state) with a watch until success or failure (through C(rebooting) until the
+    node is Ready again), verify allocatable and GFD labels against the plan, restore the cordon found. After
+    the first failure (or a node whose fresh plan is invalid) no further node starts; those in flight finish.
+  - With O(hold_cordon=true) verified nodes stay cordoned (result C(verified)) until O(phase=release), given
+    the O(rows) of the apply and the O(hardware) read from the hosts after the change, compares the GPUs
+    themselves with the target and uncordons - or leaves the node cordoned and failed when they disagree.
   - A node that fails stays cordoned, with diagnostics (MIG Manager logs, operands left paused, pods still
     holding GPUs). Nodes already at the target are skipped; half-done nodes are finished.
   - Used by the C(gpufleet.gpu_operator.mig_reconfigure) role, which runs the canary and the batches.
@@ -39,10 +43,21 @@ options:
     type: str
     required: true
   phase:
-    description: V(plan) only reads; V(apply) reconfigures the nodes concurrently.
+    description: V(plan) only reads; V(apply) reconfigures the nodes; V(release) finishes nodes held by O(hold_cordon).
     type: str
-    choices: [plan, apply]
+    choices: [plan, apply, release]
     default: apply
+  max_unavailable:
+    description: With O(phase=apply), how many nodes may be in progress (cordoned) at once; all of O(nodes) when omitted.
+    type: int
+  hold_cordon:
+    description: With O(phase=apply), leave verified nodes cordoned for O(phase=release) (hardware check before uncordon).
+    type: bool
+    default: false
+  rows:
+    description: With O(phase=release), the O(rows) an apply with O(hold_cordon=true) returned.
+    type: list
+    elements: dict
   operator_namespace:
     description: Namespace of the GPU Operator, used when the ClusterPolicy status does not name it.
     type: str
@@ -92,7 +107,9 @@ options:
     type: bool
     default: false
   hardware:
-    description: Optional hardware facts per node name (as gpu_info returns them); GFD labels and the catalog otherwise.
+    description:
+      - Hardware facts per node name (C(gpus) as gpu_info returns them) - planned against with O(phase=plan) and
+        O(phase=apply), compared with the target with O(phase=release); GFD labels and the catalog otherwise.
     type: dict
   lock:
     description: The rollout Lease to renew while the batch runs (see M(gpufleet.gpu_operator.mig_rollout_lock)).
@@ -134,11 +151,33 @@ EXAMPLES = r"""
   delegate_to: localhost
   register: mig_plan
 
-- name: Reconfigure one batch
+- name: Reconfigure the rest, two nodes at a time
   gpufleet.gpu_operator.mig_rollout:
-    nodes: [gpu-node-3, gpu-node-4]
+    nodes: [gpu-node-3, gpu-node-4, gpu-node-5, gpu-node-6]
     config: all-balanced
+    max_unavailable: 2
     lock: {holder: "rollout-42"}
+
+- name: Reconfigure a node and keep it cordoned for a hardware check
+  gpufleet.gpu_operator.mig_rollout:
+    nodes: [gpu-node-7]
+    config: all-balanced
+    hold_cordon: true
+  register: held
+
+- name: Read the GPUs on the node
+  gpufleet.gpu_operator.gpu_info:
+    processes: false
+  delegate_to: gpu-node-7
+  register: node7_gpus
+
+- name: Compare the hardware with the target, then uncordon
+  gpufleet.gpu_operator.mig_rollout:
+    phase: release
+    nodes: [gpu-node-7]
+    config: all-balanced
+    rows: "{{ held.rows }}"
+    hardware: {gpu-node-7: {gpus: "{{ node7_gpus.gpus }}"}}
 """
 
 RETURN = r"""
@@ -160,18 +199,19 @@ invalid_nodes:
   elements: str
 rows:
   description: Per node result - node, model, before, after, evicted, duration_s, result
-    (reconfigured, unchanged, failed, invalid, not started), message, states, timings, diagnostics on failure.
-  returned: phase=apply, not check mode
+    (reconfigured, verified, unchanged, failed, invalid, not started), message, states, timings, diagnostics on
+    failure, hardware_verified after a release with hardware facts.
+  returned: phase=apply or release, not check mode
   type: list
   elements: dict
 summary_table:
   description: The rows as aligned text lines.
-  returned: phase=apply, not check mode
+  returned: phase=apply or release, not check mode
   type: list
   elements: str
 failed_nodes:
-  description: Nodes that failed (left cordoned, with diagnostics in their row).
-  returned: phase=apply, not check mode
+  description: Nodes that failed (left cordoned, with diagnostics in their row) or were not started after one did.
+  returned: phase=apply or release, not check mode
   type: list
   elements: str
 api_requests:
@@ -209,7 +249,10 @@ def main():
     argument_spec = dict(
         nodes=dict(type="list", elements="str", required=True),
         config=dict(type="str", required=True),
-        phase=dict(type="str", choices=["plan", "apply"], default="apply"),
+        phase=dict(type="str", choices=["plan", "apply", "release"], default="apply"),
+        max_unavailable=dict(type="int"),
+        hold_cordon=dict(type="bool", default=False),
+        rows=dict(type="list", elements="dict"),
         operator_namespace=dict(type="str", default="gpu-operator"),
         strategy=dict(type="str", choices=["none", "single", "mixed"]),
         pod_scope=dict(type="str", choices=["gpu", "all"], default="gpu"),
@@ -242,6 +285,10 @@ def main():
     if len(set(nodes)) != len(nodes):
         module.fail_json(msg="nodes lists a node more than once: %s" % ", ".join(sorted(set(
             n for n in nodes if nodes.count(n) > 1))))
+    if params["max_unavailable"] is not None and params["max_unavailable"] < 1:
+        module.fail_json(msg="max_unavailable must be at least 1, got %s" % params["max_unavailable"])
+    if params["phase"] == "release" and params["rows"] is None:
+        module.fail_json(msg="phase=release needs rows: the rows of the apply that held the nodes cordoned")
     for key in ("drain_timeout", "apply_timeout", "verify_timeout"):
         if params[key] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, params[key]))
@@ -261,6 +308,9 @@ def main():
                           invalid_nodes=[p["node"] for p in plans if p["errors"]])
             if module.check_mode and params["phase"] == "apply":
                 result["changed"] = any(not p.get("at_target") for p in plans)
+            elif module.check_mode and params["phase"] == "release":
+                result["changed"] = any(r.get("result") == "verified" and r.get("node") in nodes
+                                        for r in params["rows"])
             result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
             module.exit_json(**result)
         renewer = None
@@ -270,18 +320,23 @@ def main():
                                                lock["duration"], counter=counter))
             renewer.__enter__()
         try:
-            rows, plans = rollout.run_batch(ctx, nodes, params["config"], hardware)
+            if params["phase"] == "release":
+                held = [r for r in params["rows"] if r.get("node") in nodes]
+                rows, plans = rollout.release_all(ctx, held, params["config"], hardware), []
+            else:
+                rows, plans = rollout.run_rollout(ctx, nodes, params["config"], hardware,
+                                                  window=params["max_unavailable"], hold_cordon=params["hold_cordon"])
         finally:
             if renewer is not None:
                 renewer.__exit__(None, None, None)
     except KubeAuthError as exc:
         module.fail_json(msg=str(exc))
     except LockHeld as exc:
-        module.fail_json(msg="batch %s not started: %s" % (", ".join(nodes), exc))
+        module.fail_json(msg="nodes %s not started: %s" % (", ".join(nodes), exc))
     except ApiException as exc:
         module.fail_json(msg="nodes %s: %s" % (", ".join(nodes), api_error_message(exc)))
     result = dict(
-        changed=any(r["result"] in ("reconfigured", "failed") or r.get("evicted") for r in rows),
+        changed=any(r["result"] in ("reconfigured", "verified", "failed") or r.get("evicted") for r in rows),
         plan=plans, plan_table=rollout.plan_table(plans),
         invalid_nodes=[p["node"] for p in plans if p["errors"]],
         rows=rows, summary_table=rollout.summary_table(rows),

@@ -17,10 +17,9 @@ description:
   - A lease whose holder stopped renewing it (a killed controller) expires after O(duration) seconds and is
     then taken over, so a re-run can resume the rollout. O(break_lock) takes a live lease explicitly.
   - The rollout modules renew the lease while they work (see M(gpufleet.gpu_operator.mig_rollout)).
-author:
-  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
+  - gpufleet.gpu_operator.attributes
 options:
   state:
     description: V(present) takes (or renews) the lease; V(absent) releases it if this holder has it.
@@ -53,12 +52,12 @@ options:
     default: false
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Reports whether the lease would be taken or refused without writing it.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+author:
+  - gpufleet maintainers (@gpufleet)
 """
 
 EXAMPLES = r"""

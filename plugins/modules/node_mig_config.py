@@ -24,15 +24,11 @@ description:
   - V(unwedge) restores operands left paused and re-triggers MIG Manager for the node's current target.
   - V(rollback) points the node back at the config recorded before the last change made by this collection.
   - Failures and timeouts return the diagnostics.
-author:
-  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
+  - gpufleet.gpu_operator.attributes
+  - gpufleet.gpu_operator.node
 options:
-  name:
-    description: Name of the node.
-    type: str
-    required: true
   action:
     description: What to do, see the description.
     type: str
@@ -66,13 +62,13 @@ options:
     default: 100
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: V(apply), V(unwedge) and V(rollback) report what they would change and change nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows the node's C(nvidia.com/mig.config) label before and after.
+author:
+  - gpufleet maintainers (@gpufleet)
 """
 
 EXAMPLES = r"""

@@ -50,18 +50,19 @@ class Runner(object):
         env.pop("KUBECONFIG", None)
         return env
 
-    def inventory(self, nodes, name="inventory.yml"):
+    def inventory(self, nodes, name="inventory.yml", host_vars=None):
         path = self.workdir / name
-        hosts = dict((n, {"ansible_connection": "local", "ansible_python_interpreter": sys.executable})
-                     for n in nodes)
+        hosts = dict((n, dict({"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+                              **(host_vars or {}).get(n, {}))) for n in nodes)
         path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
             "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
             "children": {"gpu_nodes": {"hosts": hosts}}}}))
         return path
 
-    def playbook(self, playbook, nodes, extra_vars=None, check=False, timeout=600, popen=False):
+    def playbook(self, playbook, nodes, extra_vars=None, check=False, timeout=600, popen=False, host_vars=None):
+        """Run ``playbook`` with ``nodes`` as the gpu_nodes hosts (connection local; ``host_vars`` per node)."""
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
-               "-i", str(self.inventory(nodes or [])), "-e", json.dumps(extra_vars or {})]
+               "-i", str(self.inventory(nodes or [], host_vars=host_vars)), "-e", json.dumps(extra_vars or {})]
         if check:
             cmd.append("--check")
         if popen:

@@ -79,7 +79,7 @@ def kill_tree(pid):
 def rows_of(result):
     rows = []
     for task in result.tasks():
-        if task["task"]["name"].split(" : ", 1)[-1].startswith("Record batch"):
+        if task["task"]["name"].split(" : ", 1)[-1].startswith("Record step"):
             for host in (task.get("hosts") or {}).values():
                 facts = host.get("ansible_facts") or {}
                 if "mig_reconfigure_rows" in facts:
@@ -142,7 +142,7 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
         assert planned[name]["pods_to_evict"] == gpu_pods(before[name])
         assert planned[name]["expected_resources"] == dict(
             (k, int(v)) for k, v in balanced_allocatable(model, 2 if model != "H200" else 1).items())
-    assert not plan.ran("Reconfigure batch"), "check mode went past the plan"
+    assert not plan.ran("Reconfigure step"), "check mode went past the plan"
     for name in names:
         assert node_view(testbed, name)["labels"].get(CONFIG) != "all-balanced"
 
@@ -165,7 +165,48 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
     again = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock")), profile="all-balanced"))
     assert again.rc == 0, again.explain()
     assert all(p["at_target"] for p in again.task("Plan every node")["plan"])
-    assert not again.ran("Reconfigure batch")
+    assert not again.ran("Reconfigure step")
+
+
+def test_hardware_is_planned_against_and_checked_before_uncordon(
+        testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
+    """Hosts that answer gpu_info (here: the simulated NVML of each node) are planned from their own GPUs and
+    go in batches held cordoned until the hardware read after the change matches the target. Node b's host
+    reads a GPU that MIG Manager never touched (a spare node's state), as when NVML and the agents disagree."""
+    from tests.testbed.agents.pytest_agents import nvml_lib_dir
+
+    names = sorted([add_gpu_node("rc-hw-a", "H100-80GB-HBM3", 1), add_gpu_node("rc-hw-b", "H100-80GB-HBM3", 1),
+                    add_gpu_node("rc-hw-c", "H100-80GB-HBM3", 1)])
+    spare = add_gpu_node("rc-hw-spare", "H100-80GB-HBM3", 1)
+    canary, odd, last = names
+    for name in names:
+        wait_advertised(testbed, name)
+    before = gpu_workloads(names)
+    lib = str(nvml_lib_dir())
+    host_vars = dict((n, {"mig_reconfigure_host_environment": {
+        "LD_LIBRARY_PATH": lib, "GPUFLEET_SIM_NVML_STATE": str(gpu_cluster.state_path(spare if n == odd else n))}})
+        for n in names)
+
+    result = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock"), mig_reconfigure_max_unavailable=2),
+                                                   profile="all-1g.10gb"), host_vars=host_vars)
+    assert result.rc != 0, result.explain()
+    read = [t for t in result.tasks() if result._name(t).startswith("Read each GPU host's GPUs")][0]["hosts"]
+    assert all(read[n].get("gpus") for n in names), "gpu_info did not answer on every host: %r" % read
+    assert all(p["hardware_source"] == "nvml" for p in result.task("Plan every node")["plan"])
+    assert result.ran("Read the GPUs on the hosts after the change, step 0") and result.ran(
+        "Read the GPUs on the hosts after the change, step 1")
+    rows = rows_of(result)
+    assert rows[canary]["result"] == "reconfigured" and rows[canary]["hardware_verified"] is True
+    assert "hardware verified" in rows[canary]["message"]
+    assert rows[last]["result"] == "reconfigured" and rows[last]["hardware_verified"] is True
+    assert rows[odd]["result"] == "failed" and rows[odd]["stage"] == "verify"
+    assert "the hardware does not" in rows[odd]["message"] and "GPU 0" in rows[odd]["message"]
+    assert rows[odd]["left_cordoned"] is True and node_view(testbed, odd)["unschedulable"] is True
+    for name in (canary, last):
+        assert node_view(testbed, name)["unschedulable"] is False
+    assert "halted" in result.task("Fail when the rollout halted")["msg"]
+    assert_only_gpu_pods_gone(testbed, before, dict((n, rows[n]["evicted"]) for n in names))
+    runner.module("gpu_drain", {"name": odd, "state": "uncordoned"})
 
 
 def test_unknown_and_invalid_profiles_are_rejected_before_any_change(
@@ -189,7 +230,7 @@ def test_unknown_and_invalid_profiles_are_rejected_before_any_change(
     assert single.rc != 0
     assert "mig-strategy=single needs one MIG profile per node" in single.task("Stop before any change")["msg"]
     for result in (unknown, wrong, single):
-        assert not result.ran("Take the rollout lock") and not result.ran("Reconfigure batch")
+        assert not result.ran("Take the rollout lock") and not result.ran("Reconfigure step")
     for name in names:
         assert node_view(testbed, name) == views[name], "node %s changed" % name
         assert workload_pods(testbed, name, before[name]) == before[name]
@@ -293,7 +334,7 @@ def test_concurrent_rollout_is_refused(testbed, gpu_cluster, add_gpu_node, runne
         assert result.rc != 0
         msg = result.task("Take the rollout lock")["msg"]
         assert "another MIG rollout holds lock" in msg and "other-rollout" in msg
-        assert not result.ran("Reconfigure batch")
+        assert not result.ran("Reconfigure step")
         assert node_view(testbed, node) == view
     finally:
         runner.module("mig_rollout_lock", {"name": lock, "holder": "other-rollout", "state": "absent"})
