@@ -1,5 +1,5 @@
 # Fleet MIG reconfiguration (gpu_drain, node_mig_config, mig_rollout, mig-reconfigure.yml).
-BENCH_RECONFIGURE_ARGS ?= --nodes 50 --max-unavailable 10 --apply-seconds 5 --naive-nodes 5 --memory-nodes 200
+BENCH_RECONFIGURE_ARGS ?= --nodes 50 --max-unavailable 10 --apply-seconds 30 --naive-nodes 4 --memory-nodes 200 --memory-max-unavailable 20
 
 .PHONY: bench bench-reconfigure reconfigure-test
 
