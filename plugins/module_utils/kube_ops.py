@@ -95,6 +95,11 @@ class KubeOps(object):
         return _decode(self.core.list_pod_for_all_namespaces(
             field_selector="spec.nodeName=%s" % node, label_selector=label_selector, _preload_content=False))
 
+    def list_pods(self):
+        """Every pod of the cluster (one request; for cluster-wide counts)."""
+        self.counter.add("list")
+        return _decode(self.core.list_pod_for_all_namespaces(_preload_content=False))
+
     def list_pdbs(self, namespace):
         self.counter.add("list")
         return _decode(self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False))

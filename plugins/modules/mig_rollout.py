@@ -197,6 +197,13 @@ invalid_nodes:
   returned: always
   type: list
   elements: str
+capacity_warnings:
+  description:
+    - GPU resources the pods to evict ask for in total that the cluster will not have free after the change
+      (they would stay Pending), counted per resource over every node and pod. A warning, not an error.
+  returned: phase=plan or check mode
+  type: list
+  elements: str
 rows:
   description: Per node result - node, model, before, after, evicted, duration_s, result
     (reconfigured, verified, unchanged, failed, invalid, not started), message, states, timings, diagnostics on
@@ -233,7 +240,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     require_kubernetes,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps, RequestCounter
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import capacity, rollout
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.rollout_lock import (
     LeaseRenewer,
     LockHeld,
@@ -305,7 +312,12 @@ def main():
         if params["phase"] == "plan" or module.check_mode:
             plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
             result = dict(changed=False, plan=plans, plan_table=rollout.plan_table(plans),
-                          invalid_nodes=[p["node"] for p in plans if p["errors"]])
+                          invalid_nodes=[p["node"] for p in plans if p["errors"]], capacity_warnings=[])
+            if not result["invalid_nodes"] and any(p.get("pods_to_evict") for p in plans):
+                result["capacity_warnings"] = capacity.eviction_warnings(
+                    plans, ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or [])
+                for warning in result["capacity_warnings"]:
+                    module.warn(warning)
             if module.check_mode and params["phase"] == "apply":
                 result["changed"] = any(not p.get("at_target") for p in plans)
             elif module.check_mode and params["phase"] == "release":

@@ -125,6 +125,19 @@ def assert_only_gpu_pods_gone(testbed, before, reported=None):
             assert sorted(reported[node]) == gone, "node %s: evicted %s reported, %s gone" % (node, reported[node], gone)
 
 
+def free_whole_gpus_outside(testbed, names):
+    """nvidia.com/gpu allocatable on schedulable nodes other than ``names``, less what pods there hold."""
+    free = 0
+    for node in testbed.core.list_node().items:
+        if node.metadata.name not in names and not node.spec.unschedulable:
+            free += int((node.status.allocatable or {}).get("nvidia.com/gpu", 0))
+    for pod in testbed.core.list_pod_for_all_namespaces().items:
+        if pod.spec.node_name and pod.spec.node_name not in names and pod.status.phase not in ("Succeeded", "Failed"):
+            free -= sum(int(((c.resources and c.resources.limits) or {}).get("nvidia.com/gpu", 0))
+                        for c in pod.spec.containers)
+    return free
+
+
 def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
     nodes = {add_gpu_node("rc-a100", "A100-SXM4-40GB", 2): "A100-SXM4-40GB",
              add_gpu_node("rc-h100", "H100-80GB-HBM3", 2): "H100-80GB-HBM3",
@@ -143,6 +156,16 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
         assert planned[name]["expected_resources"] == dict(
             (k, int(v)) for k, v in balanced_allocatable(model, 2 if model != "H200" else 1).items())
     assert not plan.ran("Reconfigure step"), "check mode went past the plan"
+    # The three whole-GPU workloads lose their GPUs (MIG devices are advertised as nvidia.com/mig-*): the plan
+    # warns unless whole GPUs are free elsewhere in this shared cluster, counted here independently.
+    room = free_whole_gpus_outside(testbed, names)
+    warnings = [w for w in plan.task("Plan every node")["capacity_warnings"] if " nvidia.com/gpu " in w]
+    if room < 3:
+        assert len(warnings) == 1 and "ask for 3 nvidia.com/gpu" in warnings[0], warnings
+        assert "room for %d" % max(room, 0) in warnings[0], (room, warnings)
+        assert any("WARNING: pods to evict" in line for line in plan.task("Show the plan")["msg"])
+    else:
+        assert warnings == [], (room, warnings)
     for name in names:
         assert node_view(testbed, name)["labels"].get(CONFIG) != "all-balanced"
 

@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Will the pods a MIG rollout evicts find GPUs again? A cluster-wide count per GPU resource, before any change.
+
+After all-balanced, a pod asking ``nvidia.com/gpu: 1`` finds no whole GPU on a mixed-strategy node
+(reference §6: MIG devices are advertised as ``nvidia.com/mig-<profile>`` instead), and it stays Pending.
+The count is per resource and ignores per-node packing (a pod asking 2 needs both on one node), so it can
+only under-report: a warning here is certain, no warning is likely but not certain.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+def _quantity(value):
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def pod_gpu_requests(pod):
+    """{resource: count} a pod holds: containers summed, init containers as their largest (they run one by one)."""
+    spec = pod.get("spec") or {}
+
+    def of(container):
+        resources = container.get("resources") or {}
+        merged = dict(resources.get("requests") or {})
+        merged.update(resources.get("limits") or {})  # extended resources: limits win (requests must equal them)
+        return dict((k, _quantity(v)) for k, v in merged.items() if k.startswith(GPU_RESOURCE_PREFIXES))
+
+    total = {}
+    for container in spec.get("containers") or []:
+        for name, count in of(container).items():
+            total[name] = total.get(name, 0) + count
+    for container in spec.get("initContainers") or []:
+        for name, count in of(container).items():
+            total[name] = max(total.get(name, 0), count)
+    return dict((k, v) for k, v in total.items() if v)
+
+
+def node_gpu_allocatable(node):
+    allocatable = ((node.get("status") or {}).get("allocatable")) or {}
+    return dict((k, _quantity(v)) for k, v in allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES))
+
+
+def _key(pod):
+    meta = pod.get("metadata") or {}
+    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
+
+
+def eviction_warnings(plans, nodes, pods):
+    """Warnings for GPU resources that the pods to evict ask for in total and the cluster will not have free
+    once the plan is done. ``plans``: mig_rollout plan entries; ``nodes``/``pods``: every Node and Pod."""
+    planned = dict((p["node"], p) for p in plans if not p.get("errors"))
+    evicted = set(k for p in planned.values() for k in p.get("pods_to_evict") or [])
+    free = {}
+    for node in nodes:
+        name = (node.get("metadata") or {}).get("name")
+        entry = planned.get(name)
+        if entry is not None:
+            if entry.get("admin_cordoned"):
+                continue  # stays cordoned after the change: no room for anyone
+            capacity = dict(entry.get("expected_resources") or {})
+        else:
+            if (node.get("spec") or {}).get("unschedulable"):
+                continue
+            capacity = node_gpu_allocatable(node)
+        for resource, count in capacity.items():
+            free[resource] = free.get(resource, 0) + int(count)
+    wanted, examples = {}, {}
+    for pod in pods:
+        key = _key(pod)
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            continue
+        requests = pod_gpu_requests(pod)
+        if key in evicted:
+            for resource, count in requests.items():
+                wanted[resource] = wanted.get(resource, 0) + count
+                examples.setdefault(resource, []).append(key)
+        elif (pod.get("spec") or {}).get("nodeName"):
+            for resource, count in requests.items():
+                free[resource] = free.get(resource, 0) - count  # stays where it is and keeps its devices
+    warnings = []
+    for resource in sorted(wanted):
+        room = max(0, free.get(resource, 0))
+        if wanted[resource] > room:
+            pods_text = ", ".join(examples[resource][:3]) + (" and %d more" % (len(examples[resource]) - 3)
+                                                               if len(examples[resource]) > 3 else "")
+            warnings.append("pods to evict ask for %d %s in all, but after the change the cluster has room for %d: "
+                            "%s would stay Pending (they need a config that keeps %s, or new requests)" % (
+                                wanted[resource], resource, room, pods_text, resource))
+    return warnings

@@ -1,0 +1,55 @@
+"""Eviction capacity warnings: pure counting over Node and Pod dicts."""
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import capacity
+
+
+def node(name, allocatable, unschedulable=False):
+    return {"metadata": {"name": name}, "spec": {"unschedulable": unschedulable}, "status": {"allocatable": allocatable}}
+
+
+def pod(name, node_name, limits, phase="Running", init=None):
+    spec = {"nodeName": node_name, "containers": [{"resources": {"limits": limits}}]}
+    if init:
+        spec["initContainers"] = [{"resources": {"limits": init}}]
+    return {"metadata": {"namespace": "w", "name": name}, "spec": spec, "status": {"phase": phase}}
+
+
+def plan(name, expected, evict, admin_cordoned=False):
+    return {"node": name, "errors": [], "expected_resources": expected, "pods_to_evict": evict,
+            "admin_cordoned": admin_cordoned}
+
+
+def test_requests_sum_containers_and_take_the_largest_init_container():
+    p = pod("a", "n1", {"nvidia.com/gpu": "1", "cpu": "1"}, init={"nvidia.com/gpu": "2"})
+    p["spec"]["containers"].append({"resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}})
+    assert capacity.pod_gpu_requests(p) == {"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 1}
+
+
+def test_whole_gpu_pods_have_nowhere_to_go_after_all_balanced():
+    nodes = [node("n1", {"nvidia.com/gpu": "1"}), node("n2", {"nvidia.com/gpu": "1"})]
+    pods = [pod("g1", "n1", {"nvidia.com/gpu": "1"}), pod("g2", "n2", {"nvidia.com/gpu": "1"})]
+    plans = [plan("n1", {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1}, ["w/g1"]),
+             plan("n2", {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1}, ["w/g2"])]
+    warnings = capacity.eviction_warnings(plans, nodes, pods)
+    assert len(warnings) == 1
+    assert "2 nvidia.com/gpu" in warnings[0] and "room for 0" in warnings[0] and "w/g1, w/g2" in warnings[0]
+
+
+def test_room_elsewhere_means_no_warning_but_pods_that_stay_take_theirs():
+    nodes = [node("n1", {"nvidia.com/gpu": "1"}), node("spare", {"nvidia.com/gpu": "2"})]
+    plans = [plan("n1", {"nvidia.com/mig-1g.10gb": 7}, ["w/g1"])]
+    free_spare = [pod("g1", "n1", {"nvidia.com/gpu": "1"})]
+    assert capacity.eviction_warnings(plans, nodes, free_spare) == []
+    busy_spare = free_spare + [pod("s1", "spare", {"nvidia.com/gpu": "2"})]
+    assert "room for 0" in capacity.eviction_warnings(plans, nodes, busy_spare)[0]
+    finished = free_spare + [pod("s1", "spare", {"nvidia.com/gpu": "2"}, phase="Succeeded")]
+    assert capacity.eviction_warnings(plans, nodes, finished) == []
+
+
+def test_cordoned_nodes_offer_no_room():
+    nodes = [node("n1", {"nvidia.com/gpu": "1"}), node("off", {"nvidia.com/gpu": "4"}, unschedulable=True),
+             node("n2", {"nvidia.com/gpu": "1"})]
+    pods = [pod("g1", "n1", {"nvidia.com/gpu": "1"})]
+    plans = [plan("n1", {"nvidia.com/mig-1g.10gb": 7}, ["w/g1"]),
+             plan("n2", {"nvidia.com/gpu": 1}, [], admin_cordoned=True)]
+    assert "room for 0" in capacity.eviction_warnings(plans, nodes, pods)[0]
