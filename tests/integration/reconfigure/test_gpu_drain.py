@@ -1,4 +1,5 @@
 """gpu_drain against the testbed API server, under the least-privilege automation ServiceAccount."""
+# Pods are compared within the test namespace: other tests' pods (the operator Deployment) may land on a new node.
 import json
 
 from tests.integration.reconfigure.conftest import (
@@ -26,20 +27,20 @@ def test_drain_evicts_only_gpu_pods_and_uncordon_restores(testbed, testbed_names
     deploy(testbed, ns, "runtime", node, runtime_class="nvidia")
     deploy(testbed, ns, "web", node, resources={"cpu": "100m"})
     wait_running(testbed, node, 5, ns)
-    before = running_pods(testbed, node)
+    before = running_pods(testbed, node, ns)
     gpu_pods = sorted(k for k in before if k.split("/")[1].startswith(("trainer", "slicer", "runtime")))
     try:
         planned = runner.module("gpu_drain", {"name": node, "timeout": 60}, check=True)
         assert not planned.get("failed"), planned
         assert sorted("%s/%s" % (p["namespace"], p["name"]) for p in planned["would_evict"]) == gpu_pods
         assert node_view(testbed, node)["unschedulable"] is False, "check mode cordoned the node"
-        assert running_pods(testbed, node) == before, "check mode evicted something"
+        assert running_pods(testbed, node, ns) == before, "check mode evicted something"
 
         drained = runner.module("gpu_drain", {"name": node, "timeout": 60, "retry_delay": 1})
         assert not drained.get("failed"), drained
         evicted = sorted("%s/%s" % (p["namespace"], p["name"]) for p in drained["evicted"])
         assert evicted == gpu_pods
-        after = running_pods(testbed, node)
+        after = running_pods(testbed, node, ns)
         assert_nothing_lost(before, after, evicted, node)
         web = [k for k in before if "/web-" in k]
         assert web and all(k in after for k in web), "the CPU-only pod was evicted"
@@ -87,7 +88,7 @@ def test_pdb_blocked_drain_stops_with_the_budget_named_and_evicts_nothing_else(t
     testbed.wait_for(lambda: testbed.kubectl("get", "pdb", "-n", ns, "critical-pdb", "-o",
                                              "jsonpath={.status.expectedPods}").stdout == "1",
                      60, "the disruption controller to count the budget's pods")
-    before = running_pods(testbed, node)
+    before = running_pods(testbed, node, ns)
     try:
         planned = runner.module("gpu_drain", {"name": node}, check=True)
         assert [b["name"] for b in planned["blocking_budgets"]] == ["critical-pdb"]
@@ -98,7 +99,7 @@ def test_pdb_blocked_drain_stops_with_the_budget_named_and_evicts_nothing_else(t
         assert drained["blocked_by"] == ["%s/critical-pdb" % ns]
         assert "blocked by PDB %s/critical-pdb" % ns in drained["msg"]
         assert drained["evicted"] == [] and len(drained["not_evicted"]) == 1
-        assert running_pods(testbed, node) == before, "a PDB-protected pod was evicted"
+        assert running_pods(testbed, node, ns) == before, "a PDB-protected pod was evicted"
         # The failure leaves the node cordoned and says so; uncordon still restores exactly.
         assert drained["cordoned"] is True and node_view(testbed, node)["unschedulable"] is True
         assert "left cordoned" in drained["msg"]
