@@ -93,6 +93,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     api_error_message,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.node_validation import validate_node
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_api import list_operand_pods, read_cluster_policy
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_status import (
     enabled_operands,
     node_report,
@@ -116,14 +117,8 @@ def main():
 
     core = client.CoreV1Api(api_client)
     try:
-        try:
-            policy = client.CustomObjectsApi(api_client).get_cluster_custom_object(
-                "nvidia.com", "v1", "clusterpolicies", "cluster-policy")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            policy = None
-        pods = api_client.sanitize_for_serialization(core.list_namespaced_pod(module.params["namespace"]).items)
+        policy = read_cluster_policy(api_client)
+        pods = list_operand_pods(api_client, module.params["namespace"])
         nodes = {}
         for entry in module.params["nodes"]:
             try:

@@ -101,23 +101,16 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     api_client_from_module,
     api_error_message,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_api import list_operand_pods, read_cluster_policy
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_status import assess
 
 
 def read_state(api_client, namespace):
     from kubernetes import client
 
-    custom = client.CustomObjectsApi(api_client)
-    core = client.CoreV1Api(api_client)
-    try:
-        policy = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        policy = None
-    nodes = api_client.sanitize_for_serialization(core.list_node().items)
-    pods = api_client.sanitize_for_serialization(core.list_namespaced_pod(namespace).items)
-    return policy, nodes, pods
+    policy = read_cluster_policy(api_client)
+    nodes = api_client.sanitize_for_serialization(client.CoreV1Api(api_client).list_node().items)
+    return policy, nodes, list_operand_pods(api_client, namespace)
 
 
 def main():
