@@ -11,12 +11,10 @@ next to it (for `make demo`); `stop` ends that process.
 
 import argparse
 import ctypes
-import os
 import signal
-import subprocess
 import sys
-import time
-from pathlib import Path
+
+from tests.testbed import daemon
 
 DEFAULT_PIDFILE = ".testbed/agents.pid"
 
@@ -46,35 +44,8 @@ def _parser():
     return parser
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-
-
-def _read_pid(pidfile):
-    try:
-        return int(Path(pidfile).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _with_nvml_lib(args):
-    """Re-exec with the simulated NVML on LD_LIBRARY_PATH: the loader reads it only at process start."""
-    if not args.nvml_lib_dir:
-        return
-    lib_dir = str(Path(args.nvml_lib_dir).resolve())
-    paths = os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-    if lib_dir in paths:
-        return
-    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join([lib_dir] + [p for p in paths if p]))
-    os.execve(sys.executable, [sys.executable, "-m", "tests.testbed.agents"] + sys.argv[1:], env)
-
-
 def run(args):
-    _with_nvml_lib(args)
+    daemon.reexec_with_library_dir(args.nvml_lib_dir, "tests.testbed.agents")
     try:
         ctypes.CDLL("libnvidia-ml.so.1")
     except OSError as err:
@@ -96,53 +67,21 @@ def run(args):
 
 
 def start(args):
-    pidfile = Path(args.pidfile)
-    pid = _read_pid(pidfile)
-    if pid and _alive(pid):
-        print("agents already running (pid %d)" % pid)
-        return 0
-    pidfile.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "tests.testbed.agents", "run"]
     for key, value in vars(args).items():
         if key in ("command", "pidfile") or value in (None, False):
             continue
         flag = "--" + key.replace("_", "-")
         argv += [flag] if value is True else [flag, str(value)]
-    log = open(pidfile.with_suffix(".log"), "ab")  # pylint: disable=consider-using-with  # child keeps it
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, cwd=os.getcwd())
-    pidfile.write_text("%d\n" % proc.pid)
-    time.sleep(1.0)
-    if proc.poll() is not None:
-        print("agents exited at once (rc %s); see %s" % (proc.returncode, pidfile.with_suffix(".log")))
-        return 1
-    print("agents started (pid %d, log %s)" % (proc.pid, pidfile.with_suffix(".log")))
-    return 0
+    return daemon.start("agents", argv, args.pidfile)
 
 
 def stop(args):
-    pidfile = Path(args.pidfile)
-    pid = _read_pid(pidfile)
-    if not pid or not _alive(pid):
-        print("agents not running")
-        pidfile.unlink(missing_ok=True)
-        return 0
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _alive(pid):
-        os.kill(pid, signal.SIGKILL)
-    pidfile.unlink(missing_ok=True)
-    print("agents stopped (pid %d)" % pid)
-    return 0
+    return daemon.stop("agents", args.pidfile, grace_seconds=10)
 
 
 def status(args):
-    pid = _read_pid(args.pidfile)
-    running = bool(pid and _alive(pid))
-    print("agents %s" % ("running (pid %d)" % pid if running else "not running"))
-    return 0 if running else 3
+    return daemon.status("agents", args.pidfile)
 
 
 def main(argv=None):

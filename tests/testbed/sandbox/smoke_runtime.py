@@ -20,14 +20,14 @@ the gpu_smoke_test module reads when the termination message is empty.
 import argparse
 import datetime
 import logging
-import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 import uuid
 from pathlib import Path
+
+from tests.testbed import daemon
 
 SMOKE_SELECTOR = "gpufleet.io/smoke-test=true"
 STATE_ANNOTATION = "gpusim.gpufleet.io/state"  # the agents' per-node state file annotation
@@ -148,33 +148,6 @@ class SmokeRuntime(object):
                 time.sleep(1)
 
 
-def _with_nvml_lib(args):
-    """Re-exec with the simulated NVML on LD_LIBRARY_PATH (read by the loader only at start)."""
-    if not args.nvml_lib_dir:
-        return
-    lib_dir = str(Path(args.nvml_lib_dir).resolve())
-    paths = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
-    if lib_dir in paths:
-        return
-    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join([lib_dir] + paths))
-    os.execve(sys.executable, [sys.executable, "-m", "tests.testbed.sandbox.smoke_runtime"] + sys.argv[1:], env)
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-
-
-def _read_pid(pidfile):
-    try:
-        return int(Path(pidfile).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tests.testbed.sandbox.smoke_runtime")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -186,9 +159,8 @@ def main(argv=None):
         cmd.add_argument("--pidfile", default=DEFAULT_PIDFILE)
     sub.add_parser("stop").add_argument("--pidfile", default=DEFAULT_PIDFILE)
     args = parser.parse_args(argv)
-    pidfile = Path(args.pidfile)
     if args.command == "run":
-        _with_nvml_lib(args)
+        daemon.reexec_with_library_dir(args.nvml_lib_dir, "tests.testbed.sandbox.smoke_runtime")
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         runtime = SmokeRuntime(args.kubeconfig, args.hosts_dir)
 
@@ -200,40 +172,12 @@ def main(argv=None):
         runtime.run()
         return 0
     if args.command == "start":
-        pid = _read_pid(pidfile)
-        if pid and _alive(pid):
-            print("smoke runtime already running (pid %d)" % pid)
-            return 0
-        pidfile.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "tests.testbed.sandbox.smoke_runtime", "run", "--kubeconfig", args.kubeconfig,
                 "--hosts-dir", args.hosts_dir, "--pidfile", args.pidfile]
         if args.nvml_lib_dir:
             argv += ["--nvml-lib-dir", args.nvml_lib_dir]
-        log = open(pidfile.with_suffix(".log"), "ab")  # pylint: disable=consider-using-with  # child keeps it
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        pidfile.write_text("%d\n" % proc.pid)
-        time.sleep(1.0)
-        if proc.poll() is not None:
-            print("smoke runtime exited at once (rc %s); see %s" % (proc.returncode, pidfile.with_suffix(".log")))
-            return 1
-        print("smoke runtime started (pid %d, log %s)" % (proc.pid, pidfile.with_suffix(".log")))
-        return 0
-    pid = _read_pid(pidfile)
-    if not pid or not _alive(pid):
-        print("smoke runtime not running")
-        pidfile.unlink(missing_ok=True)
-        return 0
-    os.kill(pid, signal.SIGTERM)
-    for _attempt in range(50):
-        if not _alive(pid):
-            break
-        time.sleep(0.1)
-    else:
-        os.kill(pid, signal.SIGKILL)
-    pidfile.unlink(missing_ok=True)
-    print("smoke runtime stopped (pid %d)" % pid)
-    return 0
+        return daemon.start("smoke runtime", argv, args.pidfile)
+    return daemon.stop("smoke runtime", args.pidfile, grace_seconds=5)
 
 
 if __name__ == "__main__":
