@@ -140,9 +140,11 @@ def _list_gpu_instances(handle, profile):
     return [array[i] for i in range(count.value)]
 
 
-def _compute_instances(gi):
-    """(ci_id, ci_slices, multiprocessors) of every compute instance in a GPU instance."""
-    found = []
+def _compute_instance_handles(gi):
+    """(CI profile info, compute instance handle) of every compute instance in a GPU instance.
+
+    Each profile's instances are listed before the first is yielded, so the caller may destroy them.
+    """
     for index in range(CI_PROFILE_COUNT):
         try:
             info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, index, 0, version=1)
@@ -155,9 +157,13 @@ def _compute_instances(gi):
         except pynvml.NVMLError:
             continue
         for i in range(count.value):
-            ci_info = pynvml.nvmlComputeInstanceGetInfo(array[i])
-            found.append((ci_info.id, info.sliceCount, info.multiprocessorCount))
-    return found
+            yield info, array[i]
+
+
+def _compute_instances(gi):
+    """(ci_id, ci_slices, multiprocessors) of every compute instance in a GPU instance."""
+    return [(pynvml.nvmlComputeInstanceGetInfo(ci).id, info.sliceCount, info.multiprocessorCount)
+            for info, ci in _compute_instance_handles(gi)]
 
 
 def _mig_devices(gpu_index, handle, profiles):
@@ -239,23 +245,12 @@ def _clear(index, handle):
     total = pynvml.nvmlDeviceGetMemoryInfo(handle).total
     for profile in _gi_profiles(handle, total):
         for gi in _list_gpu_instances(handle, profile):
-            for ci_index in range(CI_PROFILE_COUNT):
+            for _info, ci in _compute_instance_handles(gi):
                 try:
-                    info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_index, 0, version=1)
-                except pynvml.NVMLError:
-                    continue
-                array = (pynvml.c_nvmlComputeInstance_t * max(info.instanceCount, 1))()
-                count = ctypes.c_uint(0)
-                try:
-                    pynvml.nvmlGpuInstanceGetComputeInstances(gi, info.id, array, ctypes.byref(count))
-                except pynvml.NVMLError:
-                    continue
-                for i in range(count.value):
-                    try:
-                        pynvml.nvmlComputeInstanceDestroy(array[i])
-                    except pynvml.NVMLError as err:
-                        raise ApplyError("GPU %d: destroying a %s compute instance failed: %s"
-                                         % (index, profile.name, err)) from err
+                    pynvml.nvmlComputeInstanceDestroy(ci)
+                except pynvml.NVMLError as err:
+                    raise ApplyError("GPU %d: destroying a %s compute instance failed: %s"
+                                     % (index, profile.name, err)) from err
             try:
                 pynvml.nvmlGpuInstanceDestroy(gi)
             except pynvml.NVMLError as err:
