@@ -15,14 +15,9 @@ import pytest
 
 from tests.testbed.gpusim import hoststate
 
-PRELUDE = """
-import pynvml as n
-def err(fn, *args):
-    try:
-        fn(*args)
-    except n.NVMLError as e:
-        return e.value
-    return 0
+from .conftest import NVML_PRELUDE, run_snippet
+
+PRELUDE = NVML_PRELUDE + """
 def create_in_order(h, ids):
     done = []
     for pid in ids:
@@ -35,7 +30,7 @@ def create_in_order(h, ids):
 
 
 def run(host, code):
-    return host.run_python(PRELUDE + textwrap.dedent(code)).result
+    return run_snippet(host, code, PRELUDE)
 
 
 @pytest.mark.parametrize("model", ["A100-SXM4-40GB", "A100-SXM4-80GB", "H100-80GB-HBM3", "H200"])

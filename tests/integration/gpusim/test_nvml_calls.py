@@ -7,18 +7,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import textwrap
+from .conftest import NVML_PRELUDE, run_snippet
 
-# Shared prelude for the subprocesses: pynvml plus a helper that turns an NVMLError into its name.
-PRELUDE = """
+# Prelude for the subprocesses: the shared one plus helpers that list instances and placements.
+PRELUDE = NVML_PRELUDE + """
 import ctypes
-import pynvml as n
-def err(fn, *args):
-    try:
-        fn(*args)
-    except n.NVMLError as e:
-        return e.value
-    return 0
 def gis(h, profile_id):
     c = ctypes.c_uint(0); arr = (n.c_nvmlGpuInstance_t * 16)()
     n.nvmlDeviceGetGpuInstances(h, profile_id, arr, ctypes.byref(c))
@@ -40,7 +33,7 @@ def gi_info(gi):
 
 
 def run(host, code):
-    return host.run_python(PRELUDE + textwrap.dedent(code)).result
+    return run_snippet(host, code, PRELUDE)
 
 
 def test_system_and_device_identity(sim_host):
