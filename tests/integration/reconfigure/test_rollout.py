@@ -210,6 +210,15 @@ def test_hardware_is_planned_against_and_checked_before_uncordon(
         "LD_LIBRARY_PATH": lib, "GPUFLEET_SIM_NVML_STATE": str(gpu_cluster.state_path(spare if n == odd else n))}})
         for n in names)
 
+    # Two hosts reading the same GPUs (as a local connection reads the controller's): refused before any change.
+    same = dict((n, {"mig_reconfigure_host_environment": {"LD_LIBRARY_PATH": lib, "GPUFLEET_SIM_NVML_STATE": str(
+        gpu_cluster.state_path(spare))}}) for n in names)
+    refused = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb"),
+                              host_vars=same)
+    assert refused.rc != 0 and "same GPU UUID" in refused.task("Refuse hardware facts")["msg"], refused.explain()
+    assert not refused.ran("Plan every node") and not refused.ran("Reconfigure step")
+    assert all(node_view(testbed, n)["labels"].get(CONFIG) != "all-1g.10gb" for n in names)
+
     result = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock"), mig_reconfigure_max_unavailable=2),
                                                    profile="all-1g.10gb"), host_vars=host_vars)
     assert result.rc != 0, result.explain()
@@ -230,6 +239,47 @@ def test_hardware_is_planned_against_and_checked_before_uncordon(
     assert "halted" in result.task("Fail when the rollout halted")["msg"]
     assert_only_gpu_pods_gone(testbed, before, dict((n, rows[n]["evicted"]) for n in names))
     runner.module("gpu_drain", {"name": odd, "state": "uncordoned"})
+
+
+def test_custom_config_under_single_strategy(testbed, testbed_namespace, gpu_cluster, add_gpu_node, runner,
+                                             gpu_workloads):
+    """A name only the ClusterPolicy's custom ConfigMap knows, under mig.strategy=single: the plan reads that
+    ConfigMap, single advertises the MIG devices as nvidia.com/gpu, and the whole-GPU workloads come back."""
+    from kubernetes import client
+
+    custom = ("version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n"
+              "  fleet-halves:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {3g.40gb: 2}\n")
+    cm_name = unique_name("rc-custom")
+    testbed.core.create_namespaced_config_map("gpu-operator", client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=cm_name), data={"config.yaml": custom}))
+    strategy = gpu_cluster.policy()["spec"]["mig"]["strategy"]
+    names = sorted([add_gpu_node("rc-single-a", "H100-80GB-HBM3", 1), add_gpu_node("rc-single-b", "H100-80GB-HBM3", 1)])
+    try:
+        for name in names:
+            wait_advertised(testbed, name)
+        gpu_cluster.patch_policy({"mig": {"strategy": "single"}, "migManager": {"config": {"name": cm_name}}})
+        before = gpu_workloads(names)
+        extra = dict(rollout_vars(unique_name("lock"), mig_reconfigure_max_unavailable=2), profile="fleet-halves")
+        plan = runner.playbook(PLAYBOOK, names, extra, check=True)
+        assert plan.rc == 0, plan.explain()
+        for entry in plan.task("Plan every node")["plan"]:
+            assert cm_name in entry["config_source"] and entry["strategy"] == "single"
+            assert entry["expected_resources"] == {"nvidia.com/gpu": 2}
+        assert plan.task("Plan every node")["capacity_warnings"] == []
+
+        result = runner.playbook(PLAYBOOK, names, extra)
+        assert result.rc == 0, result.explain()
+        rows = rows_of(result)
+        for name in names:
+            view = node_view(testbed, name)
+            assert rows[name]["result"] == "reconfigured" and view["labels"][CONFIG] == "fleet-halves"
+            assert gpu_allocatable(view) == {"nvidia.com/gpu": "2"}
+            assert view["labels"]["nvidia.com/mig.strategy"] == "single" and view["unschedulable"] is False
+            wait_running(testbed, name, 2, testbed_namespace)  # the whole-GPU pod fits a MIG slice under single
+        assert_only_gpu_pods_gone(testbed, before, dict((n, rows[n]["evicted"]) for n in names))
+    finally:
+        gpu_cluster.patch_policy({"mig": {"strategy": strategy}, "migManager": {"config": {"name": ""}}})
+        testbed.core.delete_namespaced_config_map(cm_name, "gpu-operator")
 
 
 def test_unknown_and_invalid_profiles_are_rejected_before_any_change(

@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: gpu_node_names
+short_description: Kubernetes node name of each GPU host, in host order
+version_added: 0.1.0
+description:
+  - Maps inventory hosts to their Kubernetes node names - host var C(gpu_node_name), else the host name - keeping
+    the order of the input (the first is the rollout's canary). One pass over the hosts instead of a looped
+    C(set_fact), which costs a task result per host on a large fleet.
+positional: hostvars
+options:
+  _input:
+    description: Inventory host names.
+    type: list
+    elements: str
+    required: true
+  hostvars:
+    description: The C(hostvars) magic variable.
+    type: raw
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Map the node names of the play's GPU hosts to their hosts
+  ansible.builtin.set_fact:
+    host_of: "{{ ansible_play_hosts_all | gpufleet.gpu_operator.gpu_node_names(hostvars) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: Ordered mapping of node name to inventory host name.
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+
+def gpu_node_names(hosts, hostvars):
+    host_of = {}
+    for host in hosts or []:
+        node = hostvars[host].get("gpu_node_name") or host
+        if node in host_of:
+            raise AnsibleFilterError("hosts %s and %s both name Kubernetes node %s (gpu_node_name)" % (
+                host_of[node], host, node))
+        host_of[node] = host
+    return host_of
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"gpu_node_names": gpu_node_names}
