@@ -90,8 +90,8 @@ def eviction_warnings(plans, nodes, pods):
     for resource in sorted(wanted):
         room = max(0, free.get(resource, 0))
         if wanted[resource] > room:
-            pods_text = ", ".join(examples[resource][:3]) + (" and %d more" % (len(examples[resource]) - 3)
-                                                               if len(examples[resource]) > 3 else "")
+            more = len(examples[resource]) - 3
+            pods_text = ", ".join(examples[resource][:3]) + (" and %d more" % more if more > 0 else "")
             warnings.append("pods to evict ask for %d %s in all, but after the change the cluster has room for %d: "
                             "%s would stay Pending (they need a config that keeps %s, or new requests)" % (
                                 wanted[resource], resource, room, pods_text, resource))

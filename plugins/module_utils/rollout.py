@@ -392,7 +392,7 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
     workers = max(1, min(window or len(node_names), len(node_names)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pairs = list(pool.map(one, node_names))
-    return [row for row, _ in pairs], [plan for _, plan in pairs if not plan.get("not_started")]
+    return [row for row, plan in pairs], [plan for row, plan in pairs if not plan.get("not_started")]
 
 
 def release_all(ctx, rows, target, hardware_by_node=None):

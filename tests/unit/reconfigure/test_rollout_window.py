@@ -61,5 +61,5 @@ def test_no_node_starts_after_a_failure(monkeypatch):
 
 def test_hold_cordon_reports_verified(monkeypatch):
     fake_node_steps(monkeypatch)
-    rows, _ = rollout.run_rollout(Ctx(), ["a", "b"], "all-1g.10gb", window=None, hold_cordon=True)
+    rows = rollout.run_rollout(Ctx(), ["a", "b"], "all-1g.10gb", window=None, hold_cordon=True)[0]
     assert [r["result"] for r in rows] == ["verified", "verified"]
