@@ -15,16 +15,8 @@ description:
     the order of the input (the first is the rollout's canary). One pass over the hosts instead of a looped
     C(set_fact), which costs a task result per host on a large fleet.
 positional: hostvars
-options:
-  _input:
-    description: Inventory host names.
-    type: list
-    elements: str
-    required: true
-  hostvars:
-    description: The C(hostvars) magic variable.
-    type: raw
-    required: true
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.inventory_hosts
 """
 
 EXAMPLES = r"""

@@ -15,16 +15,9 @@ description:
     under the host's node name (host var C(gpu_node_name), else the host name) - the C(hardware) option of
     M(gpufleet.gpu_operator.mig_rollout). Hosts that were skipped, failed or unreachable are left out.
 positional: hostvars, result_var
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.inventory_hosts
 options:
-  _input:
-    description: Inventory host names.
-    type: list
-    elements: str
-    required: true
-  hostvars:
-    description: The C(hostvars) magic variable.
-    type: raw
-    required: true
   result_var:
     description: Name of the variable each host registered the gpu_info result in.
     type: str
