@@ -131,6 +131,10 @@ options:
         description: Lease duration in seconds.
         type: int
         default: 120
+      release:
+        description: Release the Lease when this call ends (the last call of a rollout; saves a module run).
+        type: bool
+        default: false
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -221,6 +225,10 @@ failed_nodes:
   returned: phase=apply or release, not check mode
   type: list
   elements: str
+lock_released:
+  description: With O(lock.release=true), V(released), V(absent) or V(held by <holder>).
+  returned: when lock.release is true and the rollout ran
+  type: str
 api_requests:
   description: API requests made by this run (total and by verb), for the benchmark.
   returned: always
@@ -278,6 +286,7 @@ def main():
             name=dict(type="str", default="gpufleet-mig-rollout"),
             holder=dict(type="str", required=True),
             duration=dict(type="int", default=120),
+            release=dict(type="bool", default=False),
         )),
     )
     argument_spec.update(AUTH_ARG_SPEC)
@@ -326,6 +335,7 @@ def main():
             result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
             module.exit_json(**result)
         renewer = None
+        lock_released = None
         if params["lock"]:
             lock = params["lock"]
             renewer = LeaseRenewer(RolloutLock(ctx.ops.custom, lock["namespace"], lock["name"], lock["holder"],
@@ -341,6 +351,11 @@ def main():
         finally:
             if renewer is not None:
                 renewer.__exit__(None, None, None)
+                if params["lock"]["release"]:
+                    try:
+                        lock_released = renewer.lock.release()[1]
+                    except ApiException as exc:  # the rows matter more; the role releases it again
+                        lock_released = "not released: %s" % api_error_message(exc)
     except KubeAuthError as exc:
         module.fail_json(msg=str(exc))
     except LockHeld as exc:
@@ -359,6 +374,8 @@ def main():
     )
     if renewer is not None and renewer.error:
         result["lock_error"] = renewer.error
+    if lock_released is not None:
+        result["lock_released"] = lock_released
     if result["failed_nodes"]:
         module.fail_json(msg="MIG rollout of %s halted: %s" % (params["config"], " | ".join(
             r["message"] for r in rows if r["result"] in ("failed", "invalid"))), **result)

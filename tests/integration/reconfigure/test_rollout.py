@@ -169,9 +169,13 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
     for name in names:
         assert node_view(testbed, name)["labels"].get(CONFIG) != "all-balanced"
 
-    result = runner.playbook(PLAYBOOK, names, dict(rollout_vars(unique_name("lock"), mig_reconfigure_max_unavailable="50%"),
+    lock = unique_name("lock")
+    result = runner.playbook(PLAYBOOK, names, dict(rollout_vars(lock, mig_reconfigure_max_unavailable="50%"),
                                                    profile="all-balanced"))
     assert result.rc == 0, result.explain()
+    # The last step gave the Lease back itself; the always-section had nothing left to release.
+    assert not result.ran("Release the rollout lock")
+    assert testbed.kubectl("get", "lease", "-n", "gpu-operator", lock, check=False).returncode != 0
     rows = rows_of(result)
     for name, model in nodes.items():
         view = node_view(testbed, name)
