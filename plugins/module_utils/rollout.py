@@ -309,6 +309,8 @@ def _give_back(ctx, ops, node_name, target, row, started, what):
 
 def hardware_mismatches(ctx, ops, node_name, target, hardware):
     """What the GPUs themselves (gpu_info facts read after the change) say differs from ``target``."""
+    if not hardware.get("gpus"):
+        return ["the GPUs could not be read after the change: %s" % (hardware.get("msg") or "gpu_info listed none")]
     source = node_mig.find_config_source(ops, ctx.policy, node_name, ctx.namespace)
     config = resolve.builtin_config() if source["kind"] == "builtin" else source["text"]
     try:
@@ -362,10 +364,9 @@ def rollback(ctx, ops, node_name):
     return {"result": followed["final"], "config": previous, "states": followed["states"]}
 
 
-def not_started_row(planned, message):
-    return {"node": planned["node"], "model": planned.get("model"), "before": planned.get("current_config"),
-            "after": planned.get("current_config"), "evicted": [], "duration_s": 0.0, "result": "not started",
-            "message": message}
+def not_started_row(node_name, message):
+    return {"node": node_name, "model": None, "before": None, "after": None, "evicted": [], "duration_s": 0.0,
+            "result": "not started", "message": message}
 
 
 def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hold_cordon=False):
@@ -377,7 +378,7 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
 
     def one(name):
         if halted:
-            return not_started_row({"node": name}, "not started: the rollout halted after %s failed" % halted[0]), \
+            return not_started_row(name, "not started: the rollout halted after %s failed" % halted[0]), \
                 {"node": name, "errors": [], "not_started": True}
         if not hasattr(local, "ops"):
             local.ops = ctx.ops_factory()  # one client per worker thread, reused for its next nodes
