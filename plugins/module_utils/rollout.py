@@ -382,8 +382,13 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
                 {"node": name, "errors": [], "not_started": True}
         if not hasattr(local, "ops"):
             local.ops = ctx.ops_factory()  # one client per worker thread, reused for its next nodes
+        started = time.monotonic()
         planned = plan_one(ctx, local.ops, name, target, hardware_by_node.get(name))
+        plan_s = time.monotonic() - started
         row = reconfigure_node(ctx, name, target, planned, hold_cordon=hold_cordon, ops=local.ops)
+        # Outside drain + apply + verify: the fresh plan before, and giving the node back after.
+        row["overhead_s"] = {"plan": round(plan_s, 3), "around_steps": round(
+            row.get("duration_s", 0.0) - sum(row.get("timings", {}).values()), 3)}
         if row["result"] in ("failed", "invalid"):
             halted.append(name)
         return row, planned

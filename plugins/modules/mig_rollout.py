@@ -112,7 +112,10 @@ options:
         O(phase=apply), compared with the target with O(phase=release); GFD labels and the catalog otherwise.
     type: dict
   lock:
-    description: The rollout Lease to renew while the batch runs (see M(gpufleet.gpu_operator.mig_rollout_lock)).
+    description:
+      - The rollout Lease (see M(gpufleet.gpu_operator.mig_rollout_lock)), renewed while the nodes run.
+      - With O(lock.take=true) this call takes it first (a rollout's first call; saves a module run), and a live
+        Lease of another holder stops it before any node is touched.
     type: dict
     suboptions:
       namespace:
@@ -131,6 +134,18 @@ options:
         description: Lease duration in seconds.
         type: int
         default: 120
+      take:
+        description: Take the Lease before any node starts (or renew it when this holder has it already).
+        type: bool
+        default: false
+      break_lock:
+        description: With O(lock.take=true), take the Lease even from a live holder. Only when that holder is known to be gone.
+        type: bool
+        default: false
+      description:
+        description: With O(lock.take=true), free text stored on the Lease (what is rolled out), shown to a refused rollout.
+        type: str
+        default: ''
       release:
         description: Release the Lease when this call ends (the last call of a rollout; saves a module run).
         type: bool
@@ -160,7 +175,7 @@ EXAMPLES = r"""
     nodes: [gpu-node-3, gpu-node-4, gpu-node-5, gpu-node-6]
     config: all-balanced
     max_unavailable: 2
-    lock: {holder: "rollout-42"}
+    lock: {holder: "rollout-42", take: true, release: true, description: "all-balanced on 4 nodes"}
 
 - name: Reconfigure a node and keep it cordoned for a hardware check
   gpufleet.gpu_operator.mig_rollout:
@@ -210,7 +225,8 @@ capacity_warnings:
   elements: str
 rows:
   description: Per node result - node, model, before, after, evicted, duration_s, result
-    (reconfigured, verified, unchanged, failed, invalid, not started), message, states, timings, diagnostics on
+    (reconfigured, verified, unchanged, failed, invalid, not started), message, states, timings (drain_s, apply_s, verify_s),
+    overhead_s (plan: the fresh plan before the node starts; around_steps: the rest outside the timings), diagnostics on
     failure, hardware_verified after a release with hardware facts.
   returned: phase=apply or release, not check mode
   type: list
@@ -225,6 +241,15 @@ failed_nodes:
   returned: phase=apply or release, not check mode
   type: list
   elements: str
+lock_taken:
+  description: With O(lock.take=true), the Lease as taken - holder, acquired, renewed, duration_s, expires,
+    previous_holder (set when an expired or broken Lease was taken over).
+  returned: when lock.take is true and the Lease was taken
+  type: dict
+lock_holder:
+  description: When the Lease is held by another live rollout (or was lost), that holder; nothing was changed then.
+  returned: when the Lease was refused
+  type: str
 lock_released:
   description: With O(lock.release=true), V(released), V(absent) or V(held by <holder>).
   returned: when lock.release is true and the rollout ran
@@ -286,6 +311,9 @@ def main():
             name=dict(type="str", default="gpufleet-mig-rollout"),
             holder=dict(type="str", required=True),
             duration=dict(type="int", default=120),
+            take=dict(type="bool", default=False),
+            break_lock=dict(type="bool", default=False),
+            description=dict(type="str", default=""),
             release=dict(type="bool", default=False),
         )),
     )
@@ -335,11 +363,14 @@ def main():
             result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
             module.exit_json(**result)
         renewer = None
-        lock_released = None
+        lock_released = lock_taken = None
         if params["lock"]:
             lock = params["lock"]
-            renewer = LeaseRenewer(RolloutLock(ctx.ops.custom, lock["namespace"], lock["name"], lock["holder"],
-                                               lock["duration"], counter=counter))
+            rollout_lock = RolloutLock(ctx.ops.custom, lock["namespace"], lock["name"], lock["holder"],
+                                       lock["duration"], counter=counter, description=lock["description"])
+            if lock["take"]:
+                lock_taken = rollout_lock.acquire(break_lock=lock["break_lock"])[1]
+            renewer = LeaseRenewer(rollout_lock)
             renewer.__enter__()
         try:
             if params["phase"] == "release":
@@ -359,7 +390,9 @@ def main():
     except KubeAuthError as exc:
         module.fail_json(msg=str(exc))
     except LockHeld as exc:
-        module.fail_json(msg="nodes %s not started: %s" % (", ".join(nodes), exc))
+        module.fail_json(msg="nodes %s not started, nothing was changed: %s" % (", ".join(nodes), exc),
+                         lock_holder=exc.lease.get("holder"), api_requests=dict(total=counter.total,
+                                                                                by_verb=counter.by_verb))
     except ApiException as exc:
         module.fail_json(msg="nodes %s: %s" % (", ".join(nodes), api_error_message(exc)))
     result = dict(
@@ -374,6 +407,8 @@ def main():
     )
     if renewer is not None and renewer.error:
         result["lock_error"] = renewer.error
+    if lock_taken is not None:
+        result["lock_taken"] = lock_taken
     if lock_released is not None:
         result["lock_released"] = lock_released
     if result["failed_nodes"]:

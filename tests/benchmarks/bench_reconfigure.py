@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -102,7 +103,7 @@ def run_playbook(playbook, inv, kubeconfig, extra_vars=None):
     wall = time.monotonic() - started
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if proc.returncode != 0:
-        messages = sorted(set(m for m in __import__("re").findall(r'"message": "([^"]*)"', proc.stdout)))[:10]
+        messages = sorted(set(m for m in re.findall(r'"(?:message|msg)": "([^"]*)"', proc.stdout)))[:10]
         raise SystemExit("playbook %s failed (rc %s): %s\n%s"
                          % (playbook, proc.returncode, messages, proc.stderr[-3000:]))
     data = json.loads(proc.stdout[proc.stdout.index("{"):])
@@ -187,6 +188,9 @@ def ours(agents, kubeconfig, workdir, names, max_unavailable):
         "wall_s": round(wall, 1), "step_mean_s": round(step_mean, 2),
         "step_parts_mean_s": dict((k, round(statistics.mean(r["timings"][k] for r in rows), 2))
                                   for k in ("drain_s", "apply_s", "verify_s")),
+        # Per node inside the window but outside drain + apply + verify (the fresh plan, giving the node back).
+        "step_overhead_mean_s": dict((k, round(statistics.mean(r["overhead_s"][k] for r in rows), 3))
+                                     for k in ("plan", "around_steps")),
         "bound_s": round(bound, 1), "wall_over_bound": round(wall / bound, 3),
         "overhead_per_node_s": round((wall - bound) / len(names), 3),
         "module_schedule_over_bound": round(sum(b.get("duration_s") or 0 for b in batches) / bound, 3),

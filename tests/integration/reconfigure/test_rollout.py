@@ -173,7 +173,9 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
     result = runner.playbook(PLAYBOOK, names, dict(rollout_vars(lock, mig_reconfigure_max_unavailable="50%"),
                                                    profile="all-balanced"))
     assert result.rc == 0, result.explain()
-    # The last step gave the Lease back itself; the always-section had nothing left to release.
+    # The first step took the Lease and the last gave it back itself: no separate lock task had to run.
+    taken = [t for t in result.tasks() if result._name(t) == "Reconfigure step 0"][0]
+    assert list(taken["hosts"].values())[0]["lock_taken"]["holder"].startswith("mig-reconfigure-")
     assert not result.ran("Release the rollout lock")
     assert testbed.kubectl("get", "lease", "-n", "gpu-operator", lock, check=False).returncode != 0
     rows = rows_of(result)
@@ -307,7 +309,7 @@ def test_unknown_and_invalid_profiles_are_rejected_before_any_change(
     assert single.rc != 0
     assert "mig-strategy=single needs one MIG profile per node" in single.task("Stop before any change")["msg"]
     for result in (unknown, wrong, single):
-        assert not result.ran("Take the rollout lock") and not result.ran("Reconfigure step")
+        assert not result.ran("Reconfigure step")
     for name in names:
         assert node_view(testbed, name) == views[name], "node %s changed" % name
         assert workload_pods(testbed, name, before[name]) == before[name]
@@ -409,10 +411,17 @@ def test_concurrent_rollout_is_refused(testbed, gpu_cluster, add_gpu_node, runne
     try:
         result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(lock), profile="all-1g.10gb"))
         assert result.rc != 0
-        msg = result.task("Take the rollout lock")["msg"]
+        # The first step takes the Lease before any node starts; refused, it touches nothing and says who holds it.
+        step = result.task("Reconfigure step 0")
+        assert step["lock_holder"] == "other-rollout" and "nothing was changed" in step["msg"]
+        assert "rows" not in step, step
+        msg = result.task("Fail when another rollout holds the lock")["msg"]
         assert "another MIG rollout holds lock" in msg and "other-rollout" in msg
-        assert not result.ran("Reconfigure step")
+        assert not result.ran("Fail when the rollout halted")
         assert node_view(testbed, node) == view
+        # The refused run did not release the other rollout's Lease.
+        lease = json.loads(testbed.kubectl("get", "lease", "-n", "gpu-operator", lock, "-o", "json").stdout)
+        assert lease["spec"]["holderIdentity"] == "other-rollout"
     finally:
         runner.module("mig_rollout_lock", {"name": lock, "holder": "other-rollout", "state": "absent"})
 
@@ -443,7 +452,7 @@ def test_controller_killed_mid_rollout_then_rerun_resumes(testbed, gpu_cluster, 
     refused = runner.playbook(PLAYBOOK, order, variables)
     assert refused.rc != 0, "lease after kill:\n%s\n%s\n%s" % (lease_after_kill, json.dumps(
         refused.task("Plan every node")["plan"], indent=1)[:3000], json.dumps(refused.task("Cut the nodes"))[:2000])
-    assert "another MIG rollout holds lock" in refused.task("Take the rollout lock")["msg"]
+    assert "another MIG rollout holds lock" in refused.task("Fail when another rollout holds the lock")["msg"]
 
     # The dead controller's lease expires (no renewals), then a new rollout may take it over.
     lease = testbed.kubectl("get", "lease", "-n", "gpu-operator", lock, "-o", "json").stdout
