@@ -319,7 +319,7 @@ class NodeDrainer(object):
             return not waiting
 
         try:
-            self.ops.watch(self.ops.core.list_pod_for_all_namespaces, deadline, done, listing,
+            self.ops.watch(self.ops.lister("/api/v1/pods"), deadline, done, listing,
                            field_selector="spec.nodeName=%s" % self.node_name)
         except DeadlineExceeded:
             return sorted(waiting.values())

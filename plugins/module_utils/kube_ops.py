@@ -4,9 +4,11 @@
 """Dict-in, dict-out Kubernetes calls for the reconfiguration modules, with a request counter.
 
 The official client's typed models are slow to build for large lists and watches; the modules only read a
-few fields, so responses are decoded as plain JSON (``_preload_content=False``). Watches go through the
-client's own ``kubernetes.watch.Watch``. Every call is counted so the benchmark can report API requests
-per node.
+few fields, so responses are decoded as plain JSON. Core (v1) requests go through the client's ApiClient
+(its kubeconfig, auth, TLS and proxy handling) without CoreV1Api: in kubernetes >= 34 importing that class
+builds a few hundred pydantic models, about 1 s of every module run on a small controller, for typed
+results these modules never use. Watches go through the client's own ``kubernetes.watch.Watch``. Every
+call is counted so the benchmark can report API requests per node.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -70,35 +72,74 @@ def annotations_of(obj):
     return ((obj or {}).get("metadata") or {}).get("annotations") or {}
 
 
+# Python keyword arguments of the typed list calls (as kubernetes.watch.Watch passes them) -> query names.
+_QUERY_NAMES = {"watch": "watch", "resource_version": "resourceVersion", "timeout_seconds": "timeoutSeconds",
+                "allow_watch_bookmarks": "allowWatchBookmarks", "field_selector": "fieldSelector",
+                "label_selector": "labelSelector", "tail_lines": "tailLines",
+                "grace_period_seconds": "gracePeriodSeconds"}
+
+
+def _query(params):
+    out = []
+    for key, value in params.items():
+        if value is None:
+            continue
+        out.append((_QUERY_NAMES.get(key, key), ("true" if value else "false") if isinstance(value, bool) else value))
+    return out
+
+
 class KubeOps(object):
     """The calls the reconfiguration needs, on one ApiClient; safe to share between threads."""
 
     def __init__(self, api_client, counter=None):
         self.api_client = api_client
-        self.core = k8s_client.CoreV1Api(api_client)
         self.policy = k8s_client.PolicyV1Api(api_client)
-        self.coordination = k8s_client.CoordinationV1Api(api_client)
         self.custom = k8s_client.CustomObjectsApi(api_client)
         self.counter = counter or RequestCounter()
+
+    def request(self, method, path, query=None, body=None, content_type=None):
+        """One request; returns the unread urllib3 response, raises ApiException for a non-2xx status."""
+        headers = {"Accept": "application/json, */*"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        api = self.api_client
+        params = _query(query or {})
+        if hasattr(api, "param_serialize"):  # kubernetes >= 34 (pydantic generator)
+            method, url, headers, body, _post = api.param_serialize(
+                method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"])
+            resp = api.call_api(method, url, header_params=headers, body=body)
+            if not 200 <= resp.status <= 299:
+                resp.read()
+                raise ApiException.from_response(http_resp=resp, body=None, data=None)
+            return resp.response
+        # kubernetes < 34: the legacy call_api raises for a non-2xx status itself.
+        return api.call_api(path, method, query_params=params, header_params=headers, body=body,
+                            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True)
+
+    def lister(self, path):
+        """A list function over ``path`` shaped like the typed client's, for watch() and kubernetes.watch.Watch."""
+        def list_func(_preload_content=False, **params):
+            return self.request("GET", path, query=params)
+        return list_func
 
     # -- reads ---------------------------------------------------------------------------------------
     def get_node(self, name):
         self.counter.add("get")
-        return _decode(self.core.read_node(name, _preload_content=False))
+        return _decode(self.request("GET", "/api/v1/nodes/%s" % name))
 
     def list_nodes(self, label_selector=None):
         self.counter.add("list")
-        return _decode(self.core.list_node(label_selector=label_selector, _preload_content=False))
+        return _decode(self.request("GET", "/api/v1/nodes", query={"label_selector": label_selector}))
 
     def list_pods_on_node(self, node, label_selector=None):
         self.counter.add("list")
-        return _decode(self.core.list_pod_for_all_namespaces(
-            field_selector="spec.nodeName=%s" % node, label_selector=label_selector, _preload_content=False))
+        return _decode(self.request("GET", "/api/v1/pods", query={
+            "field_selector": "spec.nodeName=%s" % node, "label_selector": label_selector}))
 
     def list_pods(self):
         """Every pod of the cluster (one request; for cluster-wide counts)."""
         self.counter.add("list")
-        return _decode(self.core.list_pod_for_all_namespaces(_preload_content=False))
+        return _decode(self.request("GET", "/api/v1/pods"))
 
     def list_pdbs(self, namespace):
         self.counter.add("list")
@@ -108,7 +149,7 @@ class KubeOps(object):
         """The ConfigMap as a dict, or None when it does not exist."""
         self.counter.add("get")
         try:
-            return _decode(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
+            return _decode(self.request("GET", "/api/v1/namespaces/%s/configmaps/%s" % (namespace, name)))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -127,7 +168,8 @@ class KubeOps(object):
 
     def pod_log(self, namespace, name, tail_lines=200):
         self.counter.add("get")
-        resp = self.core.read_namespaced_pod_log(name, namespace, tail_lines=tail_lines, _preload_content=False)
+        resp = self.request("GET", "/api/v1/namespaces/%s/pods/%s/log" % (namespace, name),
+                            query={"tail_lines": tail_lines})
         data = resp.data
         return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
 
@@ -135,22 +177,21 @@ class KubeOps(object):
     def patch_node(self, name, body):
         """Merge-patch a node (labels/annotations/spec); ``None`` values delete keys."""
         self.counter.add("patch")
-        return _decode(self.core.patch_node(
-            name, body, _content_type="application/merge-patch+json", _preload_content=False))
+        return _decode(self.request("PATCH", "/api/v1/nodes/%s" % name, body=body,
+                                    content_type="application/merge-patch+json"))
 
     def evict(self, namespace, name, grace_period_seconds=None):
         self.counter.add("create")
-        delete_options = None
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         if grace_period_seconds is not None:
-            delete_options = k8s_client.V1DeleteOptions(grace_period_seconds=grace_period_seconds)
-        body = k8s_client.V1Eviction(
-            metadata=k8s_client.V1ObjectMeta(name=name, namespace=namespace), delete_options=delete_options)
-        self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
+        _decode(self.request("POST", "/api/v1/namespaces/%s/pods/%s/eviction" % (namespace, name), body=body,
+                             content_type="application/json"))
 
     def delete_pod(self, namespace, name, grace_period_seconds=None):
         self.counter.add("delete")
-        self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_period_seconds,
-                                        _preload_content=False)
+        _decode(self.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (namespace, name),
+                             query={"grace_period_seconds": grace_period_seconds}))
 
     # -- watches -------------------------------------------------------------------------------------
     def watch(self, list_func, deadline, done, initial, **kwargs):
@@ -166,7 +207,7 @@ class KubeOps(object):
                 raise DeadlineExceeded("deadline reached", last)
             opened = time.monotonic()
             self.counter.add("watch")
-            watcher = k8s_watch.Watch()
+            watcher = k8s_watch.Watch(return_type="object")  # raw events (deserialize=False): no model needed
             try:
                 for event in watcher.stream(list_func, resource_version=resource_version,
                                             timeout_seconds=max(1, int(remaining + 0.999)),
@@ -202,5 +243,5 @@ class KubeOps(object):
         """Watch one node until ``done(node)``; ``initial`` is a node just read (for its resourceVersion)."""
         if done(initial):
             return initial
-        return self.watch(self.core.list_node, deadline, lambda _t, obj: done(obj), initial,
+        return self.watch(self.lister("/api/v1/nodes"), deadline, lambda _t, obj: done(obj), initial,
                           field_selector="metadata.name=%s" % name)

@@ -299,8 +299,8 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
 
 
 def _give_back(ctx, ops, node_name, target, row, started, what):
-    ops.patch_node(node_name, node_mig.finish_annotations_patch())
-    changed, outcome = ctx.drainer(ops, node_name).uncordon()
+    node = ops.patch_node(node_name, node_mig.finish_annotations_patch())  # the patched node: no extra read
+    changed, outcome = ctx.drainer(ops, node_name).uncordon(node)
     row.update(result="reconfigured", after=target, uncordon=outcome,
                duration_s=round(row.get("duration_s", 0.0) + time.monotonic() - started, 3),
                message="%s -> %s, %s verified (%s)" % (row["before"] or "unset", target, what, outcome))

@@ -335,7 +335,10 @@ def test_gpu_held_fails_the_canary_and_halts_with_diagnostics(
     assert "MIG Manager reported failed" in rows[canary]["message"]
     diagnostics = rows[canary]["diagnostics"]
     assert diagnostics["state"] == "failed" and diagnostics["unschedulable"] is True
-    assert "mig_manager_logs" in diagnostics and diagnostics["hints"]
+    assert diagnostics["hints"]
+    # The MIG Manager pod's own log, read through the API (pods/log, served by kwok from the agent's log file).
+    logs = "\n".join(diagnostics["mig_manager_logs"].values())
+    assert "In use by another client" in logs, diagnostics["mig_manager_logs"]
     assert node_view(testbed, canary)["unschedulable"] is True, "the failed node must stay cordoned"
     assert rows[canary]["left_cordoned"] is True
     assert "halted" in result.task("Fail when the rollout halted")["msg"]
