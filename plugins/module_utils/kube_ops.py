@@ -5,7 +5,7 @@
 
 The official client's typed models are slow to build for large lists and watches; the modules only read a
 few fields, so responses are decoded as plain JSON. Core (v1) requests go through the client's ApiClient
-(its kubeconfig, auth, TLS and proxy handling) without CoreV1Api: in kubernetes >= 34 importing that class
+(its kubeconfig, auth, TLS and proxy handling) without CoreV1Api: in kubernetes >= 37 importing that class
 builds a few hundred pydantic models, about 1 s of every module run on a small controller, for typed
 results these modules never use. Watches go through the client's own ``kubernetes.watch.Watch``. Every
 call is counted so the benchmark can report API requests per node.
@@ -104,7 +104,7 @@ class KubeOps(object):
             headers["Content-Type"] = content_type
         api = self.api_client
         params = _query(query or {})
-        if hasattr(api, "param_serialize"):  # kubernetes >= 34 (pydantic generator)
+        if hasattr(api, "param_serialize"):  # kubernetes >= 37 (pydantic generator)
             method, url, headers, body, _post = api.param_serialize(
                 method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"])
             resp = api.call_api(method, url, header_params=headers, body=body)
@@ -112,7 +112,7 @@ class KubeOps(object):
                 resp.read()
                 raise ApiException.from_response(http_resp=resp, body=None, data=None)
             return resp.response
-        # kubernetes < 34: the legacy call_api raises for a non-2xx status itself.
+        # kubernetes < 37: the legacy call_api raises for a non-2xx status itself.
         return api.call_api(path, method, query_params=params, header_params=headers, body=body,
                             auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True)
 
