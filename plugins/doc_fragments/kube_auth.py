@@ -16,6 +16,7 @@ options:
       - Path to a kubeconfig file, or the kubeconfig content as a dictionary.
       - Defaults to C(KUBECONFIG) or C(~/.kube/config); inside a pod the service account is used.
       - Can also be set with E(K8S_AUTH_KUBECONFIG).
+      - Its value (path or content) is kept out of module output and logs (C(no_log)), as in kubernetes.core.
     type: raw
   context:
     description:

@@ -35,7 +35,8 @@ except ImportError:  # pragma: no cover - exercised only where the library is mi
 from ansible.module_utils.basic import env_fallback, missing_required_lib
 
 AUTH_ARG_SPEC = dict(
-    kubeconfig=dict(type="raw", fallback=(env_fallback, ["K8S_AUTH_KUBECONFIG"]), no_log=False),
+    # no_log as kubernetes.core does: the value may be the kubeconfig itself, tokens and keys included.
+    kubeconfig=dict(type="raw", fallback=(env_fallback, ["K8S_AUTH_KUBECONFIG"]), no_log=True),
     context=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_CONTEXT"])),
     host=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_HOST"])),
     api_key=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_API_KEY"])),
