@@ -226,7 +226,7 @@ capacity_warnings:
 rows:
   description: Per node result - node, model, before, after, evicted, duration_s, result
     (reconfigured, verified, unchanged, failed, invalid, not started), message, states, timings (drain_s, apply_s, verify_s),
-    overhead_s (plan: the fresh plan before the node starts; around_steps: the rest outside the timings), diagnostics on
+    overhead_s (C(plan), the fresh plan before the node starts, and C(around_steps), the rest outside the timings), diagnostics on
     failure, hardware_verified after a release with hardware facts.
   returned: phase=apply or release, not check mode
   type: list
