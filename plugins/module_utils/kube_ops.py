@@ -79,7 +79,7 @@ _QUERY_NAMES = {"watch": "watch", "resource_version": "resourceVersion", "timeou
                 "grace_period_seconds": "gracePeriodSeconds"}
 
 
-def _query(params):
+def query_params(params):
     out = []
     for key, value in params.items():
         if value is None:
@@ -103,7 +103,7 @@ class KubeOps(object):
         if content_type:
             headers["Content-Type"] = content_type
         api = self.api_client
-        params = _query(query or {})
+        params = query_params(query or {})
         if hasattr(api, "param_serialize"):  # kubernetes >= 37 (pydantic generator)
             method, url, headers, body, _post = api.param_serialize(
                 method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"])
