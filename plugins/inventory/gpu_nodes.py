@@ -141,11 +141,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     api_error_message,
     get_api_client,
 )
-
-try:
-    from kubernetes import client as k8s_client
-except ImportError:  # reported in parse() with a clear message
-    k8s_client = None
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps
 
 HOSTVAR_PREFIX = "gpu_"
 
@@ -178,13 +174,13 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _fetch_nodes(self, path):
         """Node summaries from the API (what is cached: plain JSON-able dicts)."""
-        if not HAS_KUBERNETES or k8s_client is None:
+        if not HAS_KUBERNETES:
             raise AnsibleError("%s needs the kubernetes Python client (pip install kubernetes)" % self.NAME)
         params = dict((name, self.get_option(name)) for name in AUTH_PARAM_NAMES)
         selector = self.get_option("label_selector")
         try:
             api_client = get_api_client(params)
-            listing = k8s_client.CoreV1Api(api_client).list_node(label_selector=selector or "")
+            listing = KubeOps(api_client).list_nodes(label_selector=selector or None)
         except KubeAuthError as exc:
             raise AnsibleParserError("%s (inventory source %s)" % (exc, path))
         except ApiException as exc:
@@ -196,8 +192,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             raise AnsibleParserError("cannot reach the Kubernetes API for inventory source %s: %s" % (path, exc))
         include_cpu = self.get_option("include_cpu_nodes")
         nodes = []
-        for item in listing.items:
-            node = api_client.sanitize_for_serialization(item)
+        for node in listing.get("items") or []:
             if cluster_facts.is_gpu_node(node):
                 nodes.append(cluster_facts.node_summary(node))
             elif include_cpu:

@@ -96,7 +96,7 @@ def is_gpu_node(node):
 
 
 def node_summary(node):
-    """Flat GPU facts of one node (a dict as the API returns it, e.g. from sanitize_for_serialization).
+    """Flat GPU facts of one node (a dict as the API returns it: the JSON object).
 
     Keys are stable: the inventory plugin exposes them as host vars with a ``gpu_`` prefix and the
     cluster report embeds them per node.

@@ -141,6 +141,21 @@ class KubeOps(object):
         self.counter.add("list")
         return _decode(self.request("GET", "/api/v1/pods"))
 
+    def list_pods_in_namespace(self, namespace, label_selector=None):
+        self.counter.add("list")
+        return _decode(self.request("GET", "/api/v1/namespaces/%s/pods" % namespace,
+                                    query={"label_selector": label_selector}))
+
+    def get_pod(self, namespace, name):
+        """The pod as a dict, or None when it does not exist."""
+        self.counter.add("get")
+        try:
+            return _decode(self.request("GET", "/api/v1/namespaces/%s/pods/%s" % (namespace, name)))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def list_pdbs(self, namespace):
         self.counter.add("list")
         return _decode(self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False))
@@ -166,10 +181,10 @@ class KubeOps(object):
                 return []
             raise
 
-    def pod_log(self, namespace, name, tail_lines=200):
+    def pod_log(self, namespace, name, tail_lines=200, container=None):
         self.counter.add("get")
         resp = self.request("GET", "/api/v1/namespaces/%s/pods/%s/log" % (namespace, name),
-                            query={"tail_lines": tail_lines})
+                            query={"tail_lines": tail_lines, "container": container})
         data = resp.data
         return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
 
@@ -179,6 +194,11 @@ class KubeOps(object):
         self.counter.add("patch")
         return _decode(self.request("PATCH", "/api/v1/nodes/%s" % name, body=body,
                                     content_type="application/merge-patch+json"))
+
+    def create_pod(self, namespace, body):
+        self.counter.add("create")
+        return _decode(self.request("POST", "/api/v1/namespaces/%s/pods" % namespace, body=body,
+                                    content_type="application/json"))
 
     def evict(self, namespace, name, grace_period_seconds=None):
         self.counter.add("create")

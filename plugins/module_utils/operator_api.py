@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import ApiException
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps
 
 
 def read_cluster_policy(api_client):
@@ -29,6 +30,4 @@ def read_cluster_policy(api_client):
 
 def list_operand_pods(api_client, namespace):
     """Every pod of the operator's namespace (its operands), as dicts."""
-    from kubernetes import client
-
-    return api_client.sanitize_for_serialization(client.CoreV1Api(api_client).list_namespaced_pod(namespace).items)
+    return KubeOps(api_client).list_pods_in_namespace(namespace).get("items") or []

@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """Is the GPU Operator ready? ClusterPolicy state plus the operand pods on every GPU node.
 
-Pure Python over plain dicts (objects as the API returns them, ``ApiClient.sanitize_for_serialization``).
+Pure Python over plain dicts (objects as the API returns them, decoded JSON).
 Operand names, pod ``app`` labels and ``nvidia.com/gpu.deploy.*`` keys are those of GPU Operator
 v26.7.0 (reference nvidia-gpu-operator-and-mig.md §7); the ClusterPolicy status enum from §2.
 """

@@ -162,11 +162,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     api_error_message,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import dcgm_metrics, report, report_render
-
-try:
-    from kubernetes import client as k8s_client
-except ImportError:  # api_client_from_module reports the missing library
-    k8s_client = None
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps
 
 
 def main():
@@ -191,16 +187,14 @@ def main():
         module.fail_json(msg="window must be > 0, stuck_after >= 0 and idle_below within 0..1 (got %s, %s, %s)"
                          % (params["window"], params["stuck_after"], params["idle_below"]))
     api_client = api_client_from_module(module)
-    core = k8s_client.CoreV1Api(api_client)
+    ops = KubeOps(api_client)
     try:
-        nodes = core.list_node(label_selector=params["label_selector"] or "").items
-        pods = core.list_pod_for_all_namespaces().items
+        nodes = ops.list_nodes(label_selector=params["label_selector"] or None).get("items") or []
+        pods = ops.list_pods().get("items") or []
     except ApiException as exc:
         module.fail_json(msg="cannot read nodes and pods: %s" % api_error_message(exc))
     except Exception as exc:  # connection refused etc.: name what failed
         module.fail_json(msg="cannot reach the Kubernetes API to read nodes and pods: %s" % exc)
-    nodes = [api_client.sanitize_for_serialization(n) for n in nodes]
-    pods = [api_client.sanitize_for_serialization(p) for p in pods]
 
     samples, source, metrics_error, scrape_errors = [], "none", None, []
     try:

@@ -92,6 +92,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     api_client_from_module,
     api_error_message,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.node_validation import validate_node
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_api import list_operand_pods, read_cluster_policy
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_status import (
@@ -113,16 +114,14 @@ def main():
     argument_spec.update(AUTH_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     api_client = api_client_from_module(module)
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
+    ops = KubeOps(api_client)
     try:
         policy = read_cluster_policy(api_client)
         pods = list_operand_pods(api_client, module.params["namespace"])
         nodes = {}
         for entry in module.params["nodes"]:
             try:
-                nodes[entry["name"]] = api_client.sanitize_for_serialization(core.read_node(entry["name"]))
+                nodes[entry["name"]] = ops.get_node(entry["name"])
             except ApiException as exc:
                 if exc.status != 404:
                     raise

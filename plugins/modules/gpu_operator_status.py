@@ -101,15 +101,14 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     api_client_from_module,
     api_error_message,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_api import list_operand_pods, read_cluster_policy
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_status import assess
 
 
 def read_state(api_client, namespace):
-    from kubernetes import client
-
     policy = read_cluster_policy(api_client)
-    nodes = api_client.sanitize_for_serialization(client.CoreV1Api(api_client).list_node().items)
+    nodes = KubeOps(api_client).list_nodes().get("items") or []
     return policy, nodes, list_operand_pods(api_client, namespace)
 
 

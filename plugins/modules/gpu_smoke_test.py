@@ -110,6 +110,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     api_client_from_module,
     api_error_message,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.smoke import (
     check_output,
     pending_reason,
@@ -120,24 +121,16 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.smoke import
 
 class SmokeRun(object):
     def __init__(self, module, api_client):
-        from kubernetes import client
-
         self.module = module
-        self.api = api_client
-        self.core = client.CoreV1Api(api_client)
+        self.ops = KubeOps(api_client)
         self.namespace = module.params["namespace"]
 
     def read(self, name):
-        try:
-            return self.api.sanitize_for_serialization(self.core.read_namespaced_pod(name, self.namespace))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self.ops.get_pod(self.namespace, name)
 
     def delete(self, name):
         try:
-            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+            self.ops.delete_pod(self.namespace, name, grace_period_seconds=0)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -154,7 +147,7 @@ class SmokeRun(object):
         if message:
             return message
         try:
-            return self.core.read_namespaced_pod_log(pod["metadata"]["name"], self.namespace, container="nvidia-smi")
+            return self.ops.pod_log(self.namespace, pod["metadata"]["name"], tail_lines=None, container="nvidia-smi")
         except ApiException as exc:
             return "(no output: logs unreadable, %s)" % api_error_message(exc)
 
@@ -171,7 +164,7 @@ class SmokeRun(object):
         results = []
         try:
             for plan in plans:
-                self.core.create_namespaced_pod(self.namespace, plan["manifest"])
+                self.ops.create_pod(self.namespace, plan["manifest"])
             waiting = dict((plan["manifest"]["metadata"]["name"], plan) for plan in plans)
             while waiting:
                 for name in sorted(waiting):

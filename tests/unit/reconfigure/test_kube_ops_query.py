@@ -4,10 +4,10 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops imp
 
 
 def test_watch_arguments_become_api_query_names():
-    assert query_params({"watch": True, "resource_version": "42", "timeout_seconds": 30, "allow_watch_bookmarks": True,
-                   "field_selector": "metadata.name=n1"}) == [
-        ("watch", "true"), ("resourceVersion", "42"), ("timeoutSeconds", 30), ("allowWatchBookmarks", "true"),
-        ("fieldSelector", "metadata.name=n1")]
+    given = {"watch": True, "resource_version": "42", "timeout_seconds": 30, "allow_watch_bookmarks": True,
+             "field_selector": "metadata.name=n1"}
+    assert query_params(given) == [("watch", "true"), ("resourceVersion", "42"), ("timeoutSeconds", 30),
+                                   ("allowWatchBookmarks", "true"), ("fieldSelector", "metadata.name=n1")]
 
 
 def test_unset_values_are_left_out_and_false_is_spelled_for_the_api():
