@@ -146,15 +146,19 @@ class KubeOps(object):
         return _decode(self.request("GET", "/api/v1/namespaces/%s/pods" % namespace,
                                     query={"label_selector": label_selector}))
 
-    def get_pod(self, namespace, name):
-        """The pod as a dict, or None when it does not exist."""
+    def get_optional(self, path):
+        """GET ``path`` as a dict, or None when it does not exist (404)."""
         self.counter.add("get")
         try:
-            return _decode(self.request("GET", "/api/v1/namespaces/%s/pods/%s" % (namespace, name)))
+            return _decode(self.request("GET", path))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
+
+    def get_pod(self, namespace, name):
+        """The pod as a dict, or None when it does not exist."""
+        return self.get_optional("/api/v1/namespaces/%s/pods/%s" % (namespace, name))
 
     def list_pdbs(self, namespace):
         self.counter.add("list")
@@ -162,13 +166,7 @@ class KubeOps(object):
 
     def get_configmap(self, namespace, name):
         """The ConfigMap as a dict, or None when it does not exist."""
-        self.counter.add("get")
-        try:
-            return _decode(self.request("GET", "/api/v1/namespaces/%s/configmaps/%s" % (namespace, name)))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self.get_optional("/api/v1/namespaces/%s/configmaps/%s" % (namespace, name))
 
     def list_cluster_policies(self):
         """ClusterPolicies (nvidia.com/v1), or [] when the CRD is not installed."""
