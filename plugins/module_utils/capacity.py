@@ -55,40 +55,45 @@ def _key(pod):
 
 def eviction_warnings(plans, nodes, pods):
     """Warnings for GPU resources that the pods to evict ask for in total and the cluster will not have free
-    once the plan is done. ``plans``: mig_rollout plan entries; ``nodes``/``pods``: every Node and Pod."""
+    once the plan is done. ``plans``: mig_rollout plan entries; ``nodes``/``pods``: every Node and Pod.
+
+    Room is counted node by node and never below zero: a node whose device plugin is restarting advertises
+    nothing for a moment while its pods still hold their devices, and that must not take room from others."""
     planned = dict((p["node"], p) for p in plans if not p.get("errors"))
     evicted = set(k for p in planned.values() for k in p.get("pods_to_evict") or [])
-    free = {}
+    capacity_of = {}
     for node in nodes:
         name = (node.get("metadata") or {}).get("name")
         entry = planned.get(name)
         if entry is not None:
             if entry.get("admin_cordoned"):
                 continue  # stays cordoned after the change: no room for anyone
-            capacity = dict(entry.get("expected_resources") or {})
-        else:
-            if (node.get("spec") or {}).get("unschedulable"):
-                continue
-            capacity = node_gpu_allocatable(node)
-        for resource, count in capacity.items():
-            free[resource] = free.get(resource, 0) + int(count)
+            capacity_of[name] = dict((k, int(v)) for k, v in (entry.get("expected_resources") or {}).items())
+        elif not (node.get("spec") or {}).get("unschedulable"):
+            capacity_of[name] = node_gpu_allocatable(node)
+    used_on = {}
     wanted, examples = {}, {}
     for pod in pods:
         key = _key(pod)
-        phase = (pod.get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
         requests = pod_gpu_requests(pod)
         if key in evicted:
             for resource, count in requests.items():
                 wanted[resource] = wanted.get(resource, 0) + count
                 examples.setdefault(resource, []).append(key)
-        elif (pod.get("spec") or {}).get("nodeName"):
-            for resource, count in requests.items():
-                free[resource] = free.get(resource, 0) - count  # stays where it is and keeps its devices
+            continue
+        used = used_on.setdefault((pod.get("spec") or {}).get("nodeName"), {})
+        for resource, count in requests.items():
+            used[resource] = used.get(resource, 0) + count  # stays where it is and keeps its devices
+    free = {}
+    for name, capacity in capacity_of.items():
+        used = used_on.get(name, {})
+        for resource, count in capacity.items():
+            free[resource] = free.get(resource, 0) + max(0, count - used.get(resource, 0))
     warnings = []
     for resource in sorted(wanted):
-        room = max(0, free.get(resource, 0))
+        room = free.get(resource, 0)
         if wanted[resource] > room:
             more = len(examples[resource]) - 3
             pods_text = ", ".join(examples[resource][:3]) + (" and %d more" % more if more > 0 else "")

@@ -23,6 +23,8 @@ description:
   - V(diagnose) collects MIG Manager logs, operands left C(paused-for-mig-change) and pods still using GPUs.
   - V(unwedge) restores operands left paused and re-triggers MIG Manager for the node's current target.
   - V(rollback) points the node back at the config recorded before the last change made by this collection.
+  - V(unwedge) and V(rollback) pre-flight their config first (a bad one fails before any change) and, like
+    V(apply), succeed only once allocatable and GFD labels match the plan.
   - Failures and timeouts return the diagnostics.
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
@@ -94,7 +96,7 @@ RETURN = r"""
 plan:
   description: The pre-flight (model, strategy, config_source, current, target, expected_resources,
     expected_gfd_labels, reset_or_reboot, at_target, errors).
-  returned: for preflight and apply
+  returned: for preflight, apply, unwedge and rollback (not when rollback has nothing to do)
   type: dict
 states:
   description: The values of C(nvidia.com/mig.config.state) seen, in order.
@@ -111,7 +113,7 @@ rebooted:
   type: bool
 mismatches:
   description: Differences between the plan and allocatable / GFD labels after success.
-  returned: for apply
+  returned: for apply, unwedge and rollback
   type: list
   elements: str
 diagnostics:
@@ -153,6 +155,28 @@ def follow_and_report(module, ctx, ops, name, target, result):
         module.fail_json(msg="node %s: MIG config %s ended %s (states seen: %s)" % (
             name, target, followed["final"], ", ".join(followed["states"]) or "none"), **result)
     return followed
+
+
+def planned_or_fail(module, ctx, ops, name, target, result):
+    """Pre-flight ``target`` before any change: a bad config name or layout fails here, with the node named."""
+    plan = rollout.plan_one(ctx, ops, name, target, module.params["hardware"])
+    result["plan"] = plan
+    if plan["errors"]:
+        module.fail_json(msg="; ".join(plan["errors"]), **result)
+    return plan
+
+
+def verify_or_fail(module, ctx, ops, name, target, plan, result, followed):
+    """MIG Manager's success comes before the device plugin re-advertises (reference §3.6 step 15), so wait
+    until allocatable and GFD labels match the plan; a node that never does is not reported as done."""
+    params = module.params
+    problems = node_mig.wait_verified(ops, name, plan["expected_resources"], plan["expected_gfd_labels"],
+                                      time.monotonic() + params["verify_timeout"], followed["node"])
+    result["mismatches"] = problems
+    if problems:
+        result["diagnostics"] = node_mig.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
+        module.fail_json(msg="node %s: MIG Manager reported success for %s but %s" % (
+            name, target, "; ".join(problems)), **result)
 
 
 def main():
@@ -199,13 +223,7 @@ def main():
             elif state["state"] in (None, "", "failed"):
                 node_mig.unwedge(ops, name, target)
             followed = follow_and_report(module, ctx, ops, name, target, result)
-            problems = node_mig.wait_verified(ops, name, plan["expected_resources"], plan["expected_gfd_labels"],
-                                              time.monotonic() + params["verify_timeout"], followed["node"])
-            result["mismatches"] = problems
-            if problems:
-                result["diagnostics"] = node_mig.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
-                module.fail_json(msg="node %s: MIG Manager reported success for %s but %s" % (
-                    name, target, "; ".join(problems)), **result)
+            verify_or_fail(module, ctx, ops, name, target, plan, result, followed)
             ops.patch_node(name, node_mig.finish_annotations_patch())
             module.exit_json(**result)
         node = ops.get_node(name)
@@ -216,19 +234,27 @@ def main():
             if not target:
                 module.fail_json(msg="node %s has no %s label and no config was given: nothing to re-trigger" % (
                     name, node_mig.MIG_CONFIG_LABEL))
-            result = dict(changed=True, unwedged=node_mig.unwedge(ops, name, target, module.check_mode))
+            result = dict(changed=False)
+            plan = planned_or_fail(module, ctx, ops, name, target, result)
+            result["changed"] = True
+            result["unwedged"] = node_mig.unwedge(ops, name, target, module.check_mode)
             if not module.check_mode:
-                follow_and_report(module, ctx, ops, name, target, result)
+                followed = follow_and_report(module, ctx, ops, name, target, result)
+                verify_or_fail(module, ctx, ops, name, target, plan, result, followed)
             module.exit_json(**result)
         previous = node_mig.previous_config(node)
         if not previous:
             module.fail_json(msg="node %s: no previous MIG config recorded (annotation %s); nothing to roll back to"
                              % (name, node_mig.PREVIOUS_CONFIG_ANNOTATION))
         result = dict(changed=previous != current, diff=_diff(current, previous))
-        if previous == current or module.check_mode:
+        if previous == current:
+            module.exit_json(**result)
+        plan = planned_or_fail(module, ctx, ops, name, previous, result)
+        if module.check_mode:
             module.exit_json(**result)
         node_mig.set_config_label(ops, node, previous)
-        follow_and_report(module, ctx, ops, name, previous, result)
+        followed = follow_and_report(module, ctx, ops, name, previous, result)
+        verify_or_fail(module, ctx, ops, name, previous, plan, result, followed)
         module.exit_json(**result)
     except KubeAuthError as exc:
         module.fail_json(msg=str(exc))

@@ -169,7 +169,11 @@ def test_existing_deploy_label_values_are_honoured(gpu_cluster, add_gpu_node):
     labels = gpu_cluster.wait_labels(name, {STATE: "success", DP: "true", "nvidia.com/mig-3g.71gb.count": "4"},
                                      timeout=90)
     assert labels["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
-    assert gpu_cluster.operand_pods(name) == without_exporter
+    # success comes as the deploy labels go back to "true" (reference §3.6 step 15); the DaemonSets then
+    # recreate the paused operands, all but the exporter
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == without_exporter, 60,
+                                 "operands %s back on %s" % (without_exporter, name))
+    assert gpu_cluster.labels(name)["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
 
 
 def test_policy_not_ready_names_node_and_operand(gpu_cluster, add_gpu_node):

@@ -367,18 +367,37 @@ def test_wedged_pending_times_out_with_diagnostics_then_unwedges(
     assert node_view(testbed, node)["unschedulable"] is True
 
     gpu_agents.set_faults(node, [])  # the cause is gone (e.g. the stuck client was stopped)
+    wedged = node_view(testbed, node)["labels"]
+    unknown = runner.module("node_mig_config", {"name": node, "action": "unwedge", "config": "all-1g.99gb"})
+    assert unknown.get("failed") and not unknown["changed"], unknown
+    assert node in unknown["msg"] and "1g.99gb is not a profile" in unknown["msg"]
+    assert node_view(testbed, node)["labels"] == wedged  # refused before any change
     unwedged = runner.module("node_mig_config", {"name": node, "action": "unwedge", "timeout": 60})
     assert not unwedged.get("failed"), unwedged
     assert sorted(unwedged["unwedged"]["restored_labels"]) == sorted(paused)
-    assert unwedged["final_state"] == "success"
+    assert unwedged["final_state"] == "success" and unwedged["mismatches"] == []
     view = node_view(testbed, node)
     assert not [k for k, v in view["labels"].items() if v == "paused-for-mig-change"]
+    # success alone comes before the device plugin re-advertises: unwedge returns once it has
     assert gpu_allocatable(view) == {"nvidia.com/mig-1g.18gb": "7"}
     # Re-running the playbook finishes the half-done node: verifies and gives the cordon back.
     again = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile="all-1g.18gb"))
     assert again.rc == 0, again.explain()
     assert rows_of(again)[node]["result"] == "reconfigured"
     assert node_view(testbed, node)["unschedulable"] is False
+
+    # Roll back to the config recorded before the change: check mode changes nothing, then it verifies.
+    previous = node_view(testbed, node)["annotations"]["gpufleet.io/mig-previous-config"]
+    assert previous and previous != "all-1g.18gb"
+    dry = runner.module("node_mig_config", {"name": node, "action": "rollback"}, check=True)
+    assert dry["changed"] and dry["diff"]["after"] == {CONFIG: previous} and dry["plan"]["errors"] == []
+    assert node_view(testbed, node)["labels"][CONFIG] == "all-1g.18gb"
+    rolled = runner.module("node_mig_config", {"name": node, "action": "rollback", "timeout": 60})
+    assert not rolled.get("failed") and rolled["final_state"] == "success", rolled
+    view = node_view(testbed, node)
+    assert view["labels"][CONFIG] == previous
+    expected = dict((k, str(v)) for k, v in rolled["plan"]["expected_resources"].items())
+    assert expected and gpu_allocatable(view) == expected and rolled["mismatches"] == []
 
 
 def test_with_reboot_path(testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):

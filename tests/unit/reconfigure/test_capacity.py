@@ -53,3 +53,20 @@ def test_cordoned_nodes_offer_no_room():
     plans = [plan("n1", {"nvidia.com/mig-1g.10gb": 7}, ["w/g1"]),
              plan("n2", {"nvidia.com/gpu": 1}, [], admin_cordoned=True)]
     assert "room for 0" in capacity.eviction_warnings(plans, nodes, pods)[0]
+
+
+def test_a_node_advertising_nothing_for_a_moment_takes_no_room_from_others():
+    """Its device plugin restarts (e.g. after a strategy change): allocatable is empty, its pods keep theirs."""
+    nodes = [node("n1", {"nvidia.com/gpu": "1"}), node("n2", {"nvidia.com/gpu": "1"}), node("restarting", {})]
+    pods = [pod("g1", "n1", {"nvidia.com/gpu": "1"}), pod("g2", "n2", {"nvidia.com/gpu": "1"}),
+            pod("r1", "restarting", {"nvidia.com/gpu": "1"}), pod("r2", "restarting", {"nvidia.com/gpu": "2"})]
+    plans = [plan("n1", {"nvidia.com/gpu": 2}, ["w/g1"]), plan("n2", {"nvidia.com/gpu": 2}, ["w/g2"])]
+    assert capacity.eviction_warnings(plans, nodes, pods) == []
+    crowded = pods + [pod("x1", "n1", {"nvidia.com/gpu": "1"}), pod("x2", "n2", {"nvidia.com/gpu": "3"})]
+    assert "room for 1" in capacity.eviction_warnings(plans, nodes, crowded)[0]
+
+
+def test_pods_on_a_node_that_is_gone_take_no_room():
+    nodes = [node("n1", {"nvidia.com/gpu": "1"}), node("spare", {"nvidia.com/gpu": "1"})]
+    pods = [pod("g1", "n1", {"nvidia.com/gpu": "1"}), pod("orphan", "deleted-node", {"nvidia.com/gpu": "4"})]
+    assert capacity.eviction_warnings([plan("n1", {"nvidia.com/mig-1g.10gb": 7}, ["w/g1"])], nodes, pods) == []
