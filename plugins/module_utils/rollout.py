@@ -275,7 +275,12 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
             row = _fail(row, "apply", "node %s: %s -> %s: %s; node left cordoned" % (
                 node_name, row["before"] or "unset", target, reason), ctx, ops, node_name, started)
             if o["rollback_on_failure"] and followed["final"] != "changed":
-                row["rollback"] = rollback(ctx, ops, node_name)
+                back = row["rollback"] = rollback(ctx, ops, node_name)
+                row["message"] += "; rollback: %s" % (
+                    "back at %s, verified" % back["config"] if back["verified"]
+                    else back.get("message") or "%s ended %s%s" % (
+                        back["config"], back["result"],
+                        " but " + "; ".join(back["mismatches"]) if back.get("mismatches") else ""))
             return row
         # 4. verify allocatable and GFD labels against the plan
         t2 = time.monotonic()
@@ -354,14 +359,27 @@ def release_node(ctx, row, target, hardware=None):
 
 
 def rollback(ctx, ops, node_name):
-    """Point the node back at the config recorded before our change and follow it (explicit option)."""
+    """Point the node back at the config recorded before our change, follow it and verify it as a forward
+    change is verified (explicit option). ``result`` is MIG Manager's final state; ``verified`` says whether
+    allocatable and GFD labels then matched the previous config's plan (``mismatches`` otherwise)."""
     node = ops.get_node(node_name)
     previous = node_mig.previous_config(node)
     if not previous:
-        return {"result": "skipped", "message": "no previous config recorded on node %s" % node_name}
+        return {"result": "skipped", "verified": False,
+                "message": "no previous config recorded on node %s" % node_name}
+    planned = plan_one(ctx, ops, node_name, previous)
+    if planned["errors"]:
+        return {"result": "skipped", "config": previous, "verified": False,
+                "message": "rollback to %s not started: %s" % (previous, "; ".join(planned["errors"]))}
     node_mig.set_config_label(ops, node, previous)
     followed = node_mig.follow_state(ops, node_name, previous, time.monotonic() + ctx.options["apply_timeout"])
-    return {"result": followed["final"], "config": previous, "states": followed["states"]}
+    outcome = {"result": followed["final"], "config": previous, "states": followed["states"], "verified": False}
+    if followed["final"] == "success":
+        outcome["mismatches"] = node_mig.wait_verified(
+            ops, node_name, planned["expected_resources"], planned["expected_gfd_labels"],
+            time.monotonic() + ctx.options["verify_timeout"], followed["node"])
+        outcome["verified"] = not outcome["mismatches"]
+    return outcome
 
 
 def not_started_row(node_name, message):

@@ -103,7 +103,10 @@ options:
     type: bool
     default: false
   rollback_on_failure:
-    description: When MIG Manager fails on a node, point it back at the config it had before (it stays cordoned).
+    description:
+      - When MIG Manager fails on a node, point it back at the config it had before, follow it and verify
+        allocatable and GFD labels against that config's plan; the row's C(rollback) says how it went
+        (C(result), C(verified), C(mismatches)). The node stays cordoned for inspection either way.
     type: bool
     default: false
   hardware:

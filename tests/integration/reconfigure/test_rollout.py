@@ -352,6 +352,34 @@ def test_gpu_held_fails_the_canary_and_halts_with_diagnostics(
     runner.module("gpu_drain", {"name": canary, "state": "uncordoned"})
 
 
+def test_rollback_on_failure_restores_and_verifies_the_previous_config(
+        testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
+    """A transient MIG Manager failure with mig_reconfigure_rollback_on_failure: the node goes back to its
+    previous config, verified against that config's plan, and stays cordoned for inspection."""
+    node = add_gpu_node("rc-rollback", "H100-80GB-HBM3", 1, faults=["fail-once"])
+    wait_advertised(testbed, node)
+    previous = node_view(testbed, node)["labels"][CONFIG]
+    advertised = gpu_allocatable(node_view(testbed, node))
+    before = gpu_workloads([node])
+    result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb",
+                                                    mig_reconfigure_rollback_on_failure=True))
+    assert result.rc != 0
+    row = rows_of(result)[node]
+    assert row["result"] == "failed" and row["stage"] == "apply" and "MIG Manager reported failed" in row["message"]
+    assert row["rollback"]["config"] == previous != "all-1g.10gb"
+    assert row["message"].endswith("rollback: back at %s, verified" % previous), row["message"]
+    assert (row["rollback"]["result"], row["rollback"]["verified"], row["rollback"]["mismatches"]) == (
+        "success", True, []), row["rollback"]
+    view = node_view(testbed, node)
+    assert view["labels"][CONFIG] == previous and view["labels"][STATE] == "success"
+    assert gpu_allocatable(view) == advertised == {"nvidia.com/gpu": "1"}
+    assert view["unschedulable"] is True and row["left_cordoned"] is True
+    assert "transient failure" in "\n".join(row["diagnostics"]["mig_manager_logs"].values())
+    assert_only_gpu_pods_gone(testbed, before, {node: row["evicted"]})
+    runner.module("gpu_drain", {"name": node, "state": "uncordoned"})
+    assert node_view(testbed, node)["unschedulable"] is False
+
+
 def test_wedged_pending_times_out_with_diagnostics_then_unwedges(
         testbed, gpu_cluster, add_gpu_node, runner, gpu_agents):
     node = add_gpu_node("rc-wedge", "H200", 1, faults=["wedge-pending"])

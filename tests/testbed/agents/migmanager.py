@@ -53,6 +53,7 @@ class MigManager:
         self.config_source = None  # (kind, name) chosen at "startup" of the pod
         self.wake = threading.Event()
         self.busy = False
+        self.failed_once = False   # fault fail-once: whether the transient failure has happened
         self.thread = threading.Thread(target=self._loop, daemon=True, name="mig-manager-" + node)
         self.thread.start()
 
@@ -306,6 +307,9 @@ class MigManager:
             time.sleep(timing.slow_seconds)
         if "fail" in faults:
             raise ReconfigureFailed("Error applying MIG configuration: simulated failure (fault 'fail')")
+        if "fail-once" in faults and not self.failed_once:
+            self.failed_once = True  # a transient error: the next run on this node goes through
+            raise ReconfigureFailed("Error applying MIG configuration: simulated transient failure (fault 'fail-once')")
         host = hardware.read_host(state_file)
         by_index = {g.index: g for g in host.gpus}
         for index, (enabled, devices) in sorted(plan.items()):
