@@ -428,6 +428,27 @@ def test_wedged_pending_times_out_with_diagnostics_then_unwedges(
     assert expected and gpu_allocatable(view) == expected and rolled["mismatches"] == []
 
 
+def test_unwedge_on_timeout_finishes_a_transiently_wedged_node(
+        testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
+    """mig_reconfigure_unwedge_on_timeout: a node wedged in pending past the deadline is un-wedged once (deploy
+    labels restored, MIG Manager restarted) and, the wedge having been transient, ends verified and uncordoned."""
+    node = add_gpu_node("rc-autounwedge", "H200", 1, faults=["wedge-once"])
+    wait_advertised(testbed, node)
+    before = gpu_workloads([node])
+    result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock"), mig_reconfigure_apply_timeout=8,
+                                                                 mig_reconfigure_unwedge_on_timeout=True),
+                                                    profile="all-1g.18gb"))
+    assert result.rc == 0, result.explain()
+    row = rows_of(result)[node]
+    assert row["result"] == "reconfigured", row
+    assert "nvidia.com/gpu.deploy.device-plugin" in row["unwedged"]["restored_labels"]
+    assert len(row["unwedged"]["restarted_pods"]) == 1 and row["states"].count("success") == 1
+    view = node_view(testbed, node)
+    assert gpu_allocatable(view) == {"nvidia.com/mig-1g.18gb": "7"} and view["unschedulable"] is False
+    assert not [k for k, v in view["labels"].items() if v == "paused-for-mig-change"]
+    assert_only_gpu_pods_gone(testbed, before, {node: row["evicted"]})
+
+
 def test_with_reboot_path(testbed, gpu_cluster, add_gpu_node, runner, gpu_workloads):
     node = add_gpu_node("rc-reboot", "A100-SXM4-40GB", 1, faults=["reset-unsupported"])
     wait_advertised(testbed, node)

@@ -26,7 +26,7 @@ STATE_ANNOTATION = "gpusim.gpufleet.io/state"
 FAULT_ANNOTATION = "gpusim.gpufleet.io/fault"
 METRICS_ANNOTATION = "gpusim.gpufleet.io/metrics-url"
 PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-FAULTS = ("fail", "fail-once", "wedge-pending", "slow", "reset-unsupported", "gpu-held")
+FAULTS = ("fail", "fail-once", "wedge-pending", "wedge-once", "slow", "reset-unsupported", "gpu-held")
 DEPLOY = "nvidia.com/gpu.deploy."
 # Deploy labels the operator sets to "true" on container-workload GPU nodes (GO state_manager.go, §3.7).
 OPERATOR_DEPLOY = ("driver", "gpu-feature-discovery", "container-toolkit", "device-plugin", "dcgm", "dcgm-exporter",

@@ -54,6 +54,7 @@ class MigManager:
         self.wake = threading.Event()
         self.busy = False
         self.failed_once = False   # fault fail-once: whether the transient failure has happened
+        self.wedged_once = False   # fault wedge-once: likewise for the transient wedge
         self.thread = threading.Thread(target=self._loop, daemon=True, name="mig-manager-" + node)
         self.thread.start()
 
@@ -281,6 +282,10 @@ class MigManager:
         self.pause_operands()
         if "wedge-pending" in faults:
             raise Wedged("Timed out waiting for GPU clients to shut down (simulated wedge; "
+                         "state stays pending, operands stay paused)")
+        if "wedge-once" in faults and not self.wedged_once:
+            self.wedged_once = True  # a client that went away later: the next run on this node goes through
+            raise Wedged("Timed out waiting for GPU clients to shut down (simulated transient wedge; "
                          "state stays pending, operands stay paused)")
         self.log("Waiting for operand pods to be deleted from the node")
         if not self.wait_for(lambda: not self.operand_pods_on_node(), timing.pod_wait_seconds):
