@@ -275,12 +275,8 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
             row = _fail(row, "apply", "node %s: %s -> %s: %s; node left cordoned" % (
                 node_name, row["before"] or "unset", target, reason), ctx, ops, node_name, started)
             if o["rollback_on_failure"] and followed["final"] != "changed":
-                back = row["rollback"] = rollback(ctx, ops, node_name)
-                row["message"] += "; rollback: %s" % (
-                    "back at %s, verified" % back["config"] if back["verified"]
-                    else back.get("message") or "%s ended %s%s" % (
-                        back["config"], back["result"],
-                        " but " + "; ".join(back["mismatches"]) if back.get("mismatches") else ""))
+                row["rollback"] = rollback(ctx, ops, node_name)
+                row["message"] += "; rollback: " + rollback_summary(row["rollback"])
             return row
         # 4. verify allocatable and GFD labels against the plan
         t2 = time.monotonic()
@@ -380,6 +376,16 @@ def rollback(ctx, ops, node_name):
             time.monotonic() + ctx.options["verify_timeout"], followed["node"])
         outcome["verified"] = not outcome["mismatches"]
     return outcome
+
+
+def rollback_summary(outcome):
+    """One line for the row's message: how the rollback ended."""
+    if outcome["verified"]:
+        return "back at %s, verified" % outcome["config"]
+    if outcome.get("message"):
+        return outcome["message"]
+    text = "%s ended %s" % (outcome["config"], outcome["result"])
+    return text + (" but " + "; ".join(outcome["mismatches"]) if outcome.get("mismatches") else "")
 
 
 def not_started_row(node_name, message):

@@ -162,7 +162,7 @@ def planned_or_fail(module, ctx, ops, name, target, result):
     plan = rollout.plan_one(ctx, ops, name, target, module.params["hardware"])
     result["plan"] = plan
     if plan["errors"]:
-        module.fail_json(msg="; ".join(plan["errors"]), **result)
+        module.fail_json(msg="; ".join(plan["errors"]), **dict(result, changed=False))
     return plan
 
 
@@ -234,9 +234,8 @@ def main():
             if not target:
                 module.fail_json(msg="node %s has no %s label and no config was given: nothing to re-trigger" % (
                     name, node_mig.MIG_CONFIG_LABEL))
-            result = dict(changed=False)
+            result = dict(changed=True)
             plan = planned_or_fail(module, ctx, ops, name, target, result)
-            result["changed"] = True
             result["unwedged"] = node_mig.unwedge(ops, name, target, module.check_mode)
             if not module.check_mode:
                 followed = follow_and_report(module, ctx, ops, name, target, result)

@@ -86,3 +86,16 @@ def test_tables():
                                     "evicted": ["a/b"], "duration_s": 3.21, "result": "reconfigured"}])
     assert lines[0].split() == list(rollout.SUMMARY_COLUMNS)
     assert lines[1].split() == ["n1", "A100", "all-disabled", "all-balanced", "1", "3.2s", "reconfigured"]
+
+
+def test_rollback_summary_says_how_the_rollback_ended():
+    assert rollout.rollback_summary({"verified": True, "config": "all-disabled", "result": "success"}) == \
+        "back at all-disabled, verified"
+    assert rollout.rollback_summary({"verified": False, "result": "skipped",
+                                     "message": "no previous config recorded on node n1"}) == \
+        "no previous config recorded on node n1"
+    assert rollout.rollback_summary({"verified": False, "config": "all-disabled", "result": "failed"}) == \
+        "all-disabled ended failed"
+    assert rollout.rollback_summary({"verified": False, "config": "all-disabled", "result": "success",
+                                     "mismatches": ["nvidia.com/gpu: want 1, have 0"]}) == \
+        "all-disabled ended success but nvidia.com/gpu: want 1, have 0"
