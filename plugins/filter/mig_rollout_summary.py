@@ -40,7 +40,7 @@ _value:
   elements: str
 """
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.rollout import summary_table
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.rollout import summary_table
 
 
 def mig_rollout_summary(rows, plan=None):

@@ -132,8 +132,8 @@ from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.unsafe_proxy import wrap_var
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import cluster_facts
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
     AUTH_PARAM_NAMES,
     HAS_KUBERNETES,
     ApiException,
@@ -141,7 +141,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     api_error_message,
     get_api_client,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
 
 HOSTVAR_PREFIX = "gpu_"
 

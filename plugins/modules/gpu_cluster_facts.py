@@ -155,14 +155,16 @@ metrics_error:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
     ApiException,
     api_client_from_module,
     api_error_message,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import dcgm_metrics, report, report_render
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import build as report
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import metrics as dcgm_metrics
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import render as report_render
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
 
 
 def main():

@@ -170,14 +170,14 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
     ApiException,
     api_client_from_module,
     api_error_message,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.drain import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.drain import (
     DrainError,
     NodeDrainer,
     cordon_patch,

@@ -155,7 +155,7 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import nvml
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.nvml import session as nvml
 
 
 def main():

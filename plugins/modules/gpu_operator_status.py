@@ -95,15 +95,15 @@ elapsed:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
     ApiException,
     api_client_from_module,
     api_error_message,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_api import list_operand_pods, read_cluster_policy
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_status import assess
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import list_operand_pods, read_cluster_policy
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import assess
 
 
 def read_state(api_client, namespace):

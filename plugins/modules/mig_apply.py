@@ -118,7 +118,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import nvml
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.nvml import apply as nvml_apply
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.nvml import session as nvml
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import plan as planner
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
 
@@ -194,7 +195,7 @@ def main():
                 result["reset_required"] = bool(pending)
                 result["reset_required_gpus"] = pending
                 module.exit_json(**result)
-            found = nvml.holders(plan, hardware)
+            found = nvml_apply.holders(plan, hardware)
             if found:
                 result["holders"] = found
                 if not params["force"]:
@@ -202,8 +203,8 @@ def main():
                                          "to proceed): %s" % _holder_text(found), **result)
                 module.warn("changing GPUs in use (force=true): %s" % _holder_text(found))
             try:
-                applied = nvml.apply_plan(session, plan, hardware)
-            except nvml.ApplyError as exc:
+                applied = nvml_apply.apply_plan(session, plan, hardware)
+            except nvml_apply.ApplyError as exc:
                 states = exc.states
                 module.fail_json(msg="applying the MIG layout failed: %s. GPUs in their new layout: %s; in their old "
                                      "layout: %s%s" % (exc, [i for i, s in states.items() if s == "new"] or "none",

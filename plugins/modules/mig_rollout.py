@@ -267,7 +267,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
     ApiException,
     KubeAuthError,
@@ -275,9 +275,9 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     get_api_client,
     require_kubernetes,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps, RequestCounter
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import capacity, rollout
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.rollout_lock import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, RequestCounter
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import capacity, rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
     LeaseRenewer,
     LockHeld,
     RolloutLock,

@@ -130,7 +130,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
     ApiException,
     KubeAuthError,
@@ -138,20 +138,20 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube import 
     get_api_client,
     require_kubernetes,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import KubeOps, labels_of
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import node_mig, rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, labels_of
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step, rollout
 
 
 def _diff(before, after):
-    return {"before": {node_mig.MIG_CONFIG_LABEL: before}, "after": {node_mig.MIG_CONFIG_LABEL: after}}
+    return {"before": {node_step.MIG_CONFIG_LABEL: before}, "after": {node_step.MIG_CONFIG_LABEL: after}}
 
 
 def follow_and_report(module, ctx, ops, name, target, result):
     params = module.params
-    followed = node_mig.follow_state(ops, name, target, time.monotonic() + params["timeout"])
+    followed = node_step.follow_state(ops, name, target, time.monotonic() + params["timeout"])
     result.update(states=followed["states"], final_state=followed["final"], rebooted=followed["rebooted"])
     if followed["final"] != "success":
-        result["diagnostics"] = node_mig.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
+        result["diagnostics"] = node_step.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
         module.fail_json(msg="node %s: MIG config %s ended %s (states seen: %s)" % (
             name, target, followed["final"], ", ".join(followed["states"]) or "none"), **result)
     return followed
@@ -170,11 +170,11 @@ def verify_or_fail(module, ctx, ops, name, target, plan, result, followed):
     """MIG Manager's success comes before the device plugin re-advertises (reference §3.6 step 15), so wait
     until allocatable and GFD labels match the plan; a node that never does is not reported as done."""
     params = module.params
-    problems = node_mig.wait_verified(ops, name, plan["expected_resources"], plan["expected_gfd_labels"],
+    problems = node_step.wait_verified(ops, name, plan["expected_resources"], plan["expected_gfd_labels"],
                                       time.monotonic() + params["verify_timeout"], followed["node"])
     result["mismatches"] = problems
     if problems:
-        result["diagnostics"] = node_mig.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
+        result["diagnostics"] = node_step.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
         module.fail_json(msg="node %s: MIG Manager reported success for %s but %s" % (
             name, target, "; ".join(problems)), **result)
 
@@ -203,7 +203,7 @@ def main():
             "apply_timeout": params["timeout"], "log_lines": params["log_lines"]})
         ops = ctx.ops
         if action == "diagnose":
-            module.exit_json(changed=False, diagnostics=node_mig.collect_diagnostics(
+            module.exit_json(changed=False, diagnostics=node_step.collect_diagnostics(
                 ops, name, ctx.namespace, params["log_lines"]))
         if action in ("preflight", "apply"):
             plan = rollout.plan_one(ctx, ops, name, target, params["hardware"])
@@ -213,45 +213,45 @@ def main():
             if action == "preflight" or plan["at_target"]:
                 module.exit_json(**result)
             node = ops.get_node(name)
-            before = labels_of(node).get(node_mig.MIG_CONFIG_LABEL)
+            before = labels_of(node).get(node_step.MIG_CONFIG_LABEL)
             result.update(changed=True, diff=_diff(before, target))
             if module.check_mode:
                 module.exit_json(**result)
-            state = node_mig.mig_state(node)
+            state = node_step.mig_state(node)
             if state["config"] != target:
-                node_mig.set_config_label(ops, node, target)
+                node_step.set_config_label(ops, node, target)
             elif state["state"] in (None, "", "failed"):
-                node_mig.unwedge(ops, name, target)
+                node_step.unwedge(ops, name, target)
             followed = follow_and_report(module, ctx, ops, name, target, result)
             verify_or_fail(module, ctx, ops, name, target, plan, result, followed)
-            ops.patch_node(name, node_mig.finish_annotations_patch())
+            ops.patch_node(name, node_step.finish_annotations_patch())
             module.exit_json(**result)
         node = ops.get_node(name)
-        current = labels_of(node).get(node_mig.MIG_CONFIG_LABEL)
+        current = labels_of(node).get(node_step.MIG_CONFIG_LABEL)
         if action == "unwedge":
             target = target or current or (node.get("metadata", {}).get("annotations") or {}).get(
-                node_mig.TARGET_CONFIG_ANNOTATION)
+                node_step.TARGET_CONFIG_ANNOTATION)
             if not target:
                 module.fail_json(msg="node %s has no %s label and no config was given: nothing to re-trigger" % (
-                    name, node_mig.MIG_CONFIG_LABEL))
+                    name, node_step.MIG_CONFIG_LABEL))
             result = dict(changed=True)
             plan = planned_or_fail(module, ctx, ops, name, target, result)
-            result["unwedged"] = node_mig.unwedge(ops, name, target, module.check_mode)
+            result["unwedged"] = node_step.unwedge(ops, name, target, module.check_mode)
             if not module.check_mode:
                 followed = follow_and_report(module, ctx, ops, name, target, result)
                 verify_or_fail(module, ctx, ops, name, target, plan, result, followed)
             module.exit_json(**result)
-        previous = node_mig.previous_config(node)
+        previous = node_step.previous_config(node)
         if not previous:
             module.fail_json(msg="node %s: no previous MIG config recorded (annotation %s); nothing to roll back to"
-                             % (name, node_mig.PREVIOUS_CONFIG_ANNOTATION))
+                             % (name, node_step.PREVIOUS_CONFIG_ANNOTATION))
         result = dict(changed=previous != current, diff=_diff(current, previous))
         if previous == current:
             module.exit_json(**result)
         plan = planned_or_fail(module, ctx, ops, name, previous, result)
         if module.check_mode:
             module.exit_json(**result)
-        node_mig.set_config_label(ops, node, previous)
+        node_step.set_config_label(ops, node, previous)
         followed = follow_and_report(module, ctx, ops, name, previous, result)
         verify_or_fail(module, ctx, ops, name, previous, plan, result, followed)
         module.exit_json(**result)

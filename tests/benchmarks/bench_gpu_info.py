@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
 import pynvml  # noqa: E402
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import nvml  # noqa: E402
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.nvml import session as nvml  # noqa: E402
 
 
 def bare_read():

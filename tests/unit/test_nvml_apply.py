@@ -1,4 +1,4 @@
-"""nvml.apply_plan orchestration (order, rollback, states) with a recording session object.
+"""nvml_apply.apply_plan orchestration (order, rollback, states) with a recording session object.
 
 The session stands in for NvmlSession's four write/read methods only; NVML itself is exercised by
 tests/integration/nvml against the simulated library.
@@ -6,7 +6,8 @@ tests/integration/nvml against the simulated library.
 
 import pytest
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import nvml
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.nvml import apply as nvml_apply
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.nvml import session as nvml
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog, plan
 
 
@@ -69,7 +70,7 @@ def test_success_applies_every_gpu():
     hardware = _hardware(instances=SEVEN_SMALL)
     planned = plan.plan_node(hardware, config_name="all-balanced")
     session = RecordingSession(hardware)
-    result = nvml.apply_plan(session, planned, hardware)
+    result = nvml_apply.apply_plan(session, planned, hardware)
     assert result["states"] == {0: "new", 1: "new"} and not result["reset_required"]
     for index in (0, 1):
         assert session.layout(index) == sorted((p["profile"], p["start"]) for p in planned["gpus"][index]["placements"])
@@ -79,8 +80,8 @@ def test_failure_rolls_back_that_gpu_and_stops():
     hardware = _hardware(instances=SEVEN_SMALL)
     planned = plan.plan_node(hardware, config_name="all-7g.141gb")
     session = RecordingSession(hardware, fail_create_at=1)
-    with pytest.raises(nvml.ApplyError) as err:
-        nvml.apply_plan(session, planned, hardware)
+    with pytest.raises(nvml_apply.ApplyError) as err:
+        nvml_apply.apply_plan(session, planned, hardware)
     assert err.value.states == {0: "old", 1: "old"}
     assert "Insufficient Resources" in str(err.value)
     assert session.layout(0) == [("1g.18gb", s) for s in range(7)]
@@ -91,8 +92,8 @@ def test_second_gpu_failure_leaves_first_new():
     hardware = _hardware(instances=SEVEN_SMALL)
     planned = plan.plan_node(hardware, config_name="all-7g.141gb")
     session = RecordingSession(hardware, fail_create_at=2)
-    with pytest.raises(nvml.ApplyError) as err:
-        nvml.apply_plan(session, planned, hardware)
+    with pytest.raises(nvml_apply.ApplyError) as err:
+        nvml_apply.apply_plan(session, planned, hardware)
     assert err.value.states == {0: "new", 1: "old"}
     assert session.layout(0) == [("7g.141gb", 0)] and session.layout(1) == [("1g.18gb", s) for s in range(7)]
 
@@ -101,8 +102,8 @@ def test_failed_rollback_is_reported_partial():
     hardware = _hardware(count=1, instances=SEVEN_SMALL)
     planned = plan.plan_node(hardware, config_name="all-7g.141gb")
     session = RecordingSession(hardware, fail_create_at=1, fail_recreate=True)
-    with pytest.raises(nvml.ApplyError) as err:
-        nvml.apply_plan(session, planned, hardware)
+    with pytest.raises(nvml_apply.ApplyError) as err:
+        nvml_apply.apply_plan(session, planned, hardware)
     assert err.value.states == {0: "partial"}
 
 
@@ -110,8 +111,8 @@ def test_busy_instance_destroy_failure_restores_destroyed_ones():
     hardware = _hardware(count=1, instances=SEVEN_SMALL)
     planned = plan.plan_node(hardware, config_name="all-7g.141gb")
     session = RecordingSession(hardware, fail_destroy_ids=[13])
-    with pytest.raises(nvml.ApplyError) as err:
-        nvml.apply_plan(session, planned, hardware)
+    with pytest.raises(nvml_apply.ApplyError) as err:
+        nvml_apply.apply_plan(session, planned, hardware)
     assert err.value.states == {0: "old"}
     assert session.layout(0) == [("1g.18gb", s) for s in range(7)]
 
@@ -120,7 +121,7 @@ def test_disable_destroys_before_mode_change_and_pending_mode_is_reported():
     hardware = _hardware(count=1, instances=SEVEN_SMALL)
     planned = plan.plan_node(hardware, config_name="all-disabled")
     session = RecordingSession(hardware, mode_sticks=False)
-    result = nvml.apply_plan(session, planned, hardware)
+    result = nvml_apply.apply_plan(session, planned, hardware)
     kinds = [c[0] for c in session.calls]
     assert kinds == ["destroy"] * 7 + ["mode"]
     assert result["states"] == {0: "pending-reset"} and result["reset_required"] == [0]
@@ -130,7 +131,7 @@ def test_enable_with_pending_reset_creates_nothing():
     hardware = _hardware(count=1, mig=False)
     planned = plan.plan_node(hardware, config_name="all-balanced")
     session = RecordingSession(hardware, mode_sticks=False)
-    result = nvml.apply_plan(session, planned, hardware)
+    result = nvml_apply.apply_plan(session, planned, hardware)
     assert session.calls == [("mode", 0, True)]
     assert result["states"] == {0: "pending-reset"}
 
@@ -140,6 +141,6 @@ def test_holders_only_for_disturbed_instances():
     hardware["gpus"][0]["processes"] = [{"pid": 1, "name": "a", "gpu_instance_id": 10},
                                         {"pid": 2, "name": "b", "gpu_instance_id": 16}]
     planned = plan.plan_node(hardware, mig_devices={"1g.18gb": 6})  # keeps 0..5, drops the one at 6 (id 16)
-    assert [h["pid"] for h in nvml.holders(planned, hardware)] == [2]
+    assert [h["pid"] for h in nvml_apply.holders(planned, hardware)] == [2]
     planned = plan.plan_node(hardware, config_name="all-disabled")
-    assert [h["pid"] for h in nvml.holders(planned, hardware)] == [1, 2]
+    assert [h["pid"] for h in nvml_apply.holders(planned, hardware)] == [1, 2]

@@ -42,7 +42,7 @@ def test_definition_passes_builder_schema_and_creates_context(tmp_path):
     assert {"source": "./gpu_operator", "type": "dir"} in requirements["collections"]
     collection = context / "_build" / "gpu_operator"
     for needed in ("galaxy.yml", "meta/runtime.yml", "meta/execution-environment.yml",
-                   "plugins/inventory/gpu_nodes.py", "plugins/module_utils/kube.py"):
+                   "plugins/inventory/gpu_nodes.py", "plugins/module_utils/k8s/client.py"):
         assert (collection / needed).is_file(), "EE build context lacks %s" % needed
 
 

@@ -14,7 +14,7 @@ sys.path.insert(0, sys.argv[1])
 import kubernetes  # noqa: E402
 from kubernetes import config as kube_config  # noqa: E402
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import (  # noqa: E402
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (  # noqa: E402
     ApiException,
     DeadlineExceeded,
     KubeOps,

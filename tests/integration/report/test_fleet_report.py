@@ -11,7 +11,7 @@ import time
 import jsonschema
 import pytest
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import REPORT_SCHEMA
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.build import REPORT_SCHEMA
 
 from .conftest import cluster_snapshot, run_report
 

@@ -3,8 +3,8 @@
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_mig import mig_config_findings
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_values import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.config_check import mig_config_findings
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.values import (
     build_values,
     cluster_policy_patch,
     configmaps,

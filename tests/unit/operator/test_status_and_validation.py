@@ -1,9 +1,9 @@
 """Operator readiness, node checks, smoke output checks and the validation table (pure logic)."""
 
 from ansible_collections.gpufleet.gpu_operator.plugins.filter.gpu_validation_table import gpu_validation_table
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.node_validation import validate_node
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator_status import assess, enabled_operands
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.smoke import check_output, pod_manifest, pod_name
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.node import validate_node
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import assess, enabled_operands
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.smoke import check_output, pod_manifest, pod_name
 
 APPS = {"driver": "nvidia-driver-daemonset", "container-toolkit": "nvidia-container-toolkit-daemonset",
         "device-plugin": "nvidia-device-plugin-daemonset", "gpu-feature-discovery": "gpu-feature-discovery",

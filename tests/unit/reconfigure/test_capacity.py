@@ -1,6 +1,6 @@
 """Eviction capacity warnings: pure counting over Node and Pod dicts."""
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import capacity
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import capacity
 
 
 def node(name, allocatable, unschedulable=False):

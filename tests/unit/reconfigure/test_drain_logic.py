@@ -1,6 +1,6 @@
 """Pure drain logic: which pods a GPU drain evicts, which budgets block, and cordon bookkeeping."""
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import drain
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import drain
 
 
 def pod(name, ns="team", resources=None, runtime_class=None, owner="ReplicaSet", phase="Running",

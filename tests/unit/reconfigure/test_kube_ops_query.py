@@ -1,6 +1,6 @@
 """KubeOps turns the typed client's keyword arguments (as kubernetes.watch.Watch passes them) into API query names."""
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import query_params
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import query_params
 
 
 def test_watch_arguments_become_api_query_names():

@@ -4,7 +4,7 @@ The per-node procedure is replaced (it talks to the API server; the integration 
 import threading
 import time
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import rollout
 
 
 class Ctx(object):

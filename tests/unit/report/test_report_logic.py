@@ -6,8 +6,10 @@ import json
 import jsonschema
 import pytest
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import cluster_facts, dcgm_metrics, report
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import report_render
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import build as report
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import metrics as dcgm_metrics
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import render as report_render
 
 NOW = datetime.datetime(2026, 12, 2, 12, 0, 0, tzinfo=report._UTC)
 H100 = "NVIDIA H100 80GB HBM3"

@@ -14,7 +14,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.cluster_facts import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.cluster_facts import (
     LABEL_COUNT,
     LABEL_MEMORY,
     LABEL_MIG_STRATEGY,

@@ -18,15 +18,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import node_mig
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.drain import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.drain import (
     PRIOR_UNSCHEDULABLE_ANNOTATION,
     DrainError,
     NodeDrainer,
     drain_node,
     public_plan,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
     ApiException,
     annotations_of,
     labels_of,
@@ -70,7 +70,7 @@ def current_text(node, hardware):
         layout = " ".join("%s:%s" % (p, c) for p, c in sorted(node_current.items()))
     else:
         layout = "no MIG devices"
-    return "%s (%s)" % (labels_of(node).get(node_mig.MIG_CONFIG_LABEL) or "unset", layout)
+    return "%s (%s)" % (labels_of(node).get(node_step.MIG_CONFIG_LABEL) or "unset", layout)
 
 
 class Context(object):
@@ -81,9 +81,9 @@ class Context(object):
         self.options = dict(DEFAULTS)
         self.options.update(dict((k, v) for k, v in (options or {}).items() if v is not None))
         self.ops = ops_factory()
-        self.policy = node_mig.active_cluster_policy(self.ops.list_cluster_policies())
-        self.namespace = node_mig.operator_namespace(self.policy, self.options["operator_namespace"])
-        self.with_reboot = node_mig.with_reboot(self.policy)
+        self.policy = node_step.active_cluster_policy(self.ops.list_cluster_policies())
+        self.namespace = node_step.operator_namespace(self.policy, self.options["operator_namespace"])
+        self.with_reboot = node_step.with_reboot(self.policy)
 
     def drainer(self, ops, node_name):
         o = self.options
@@ -103,19 +103,19 @@ def plan_one(ctx, ops, node_name, target, hardware=None):
         return entry
     labels = labels_of(node)
     annotations = annotations_of(node)
-    strategy = ctx.options["strategy"] or node_mig.mig_strategy(ctx.policy, node)
-    state = node_mig.mig_state(node)
+    strategy = ctx.options["strategy"] or node_step.mig_strategy(ctx.policy, node)
+    state = node_step.mig_state(node)
     entry.update({"strategy": strategy, "current_config": state["config"], "current_state": state["state"],
                   "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
                   "cordoned_by_us": PRIOR_UNSCHEDULABLE_ANNOTATION in annotations,
                   "admin_cordoned": annotations.get(PRIOR_UNSCHEDULABLE_ANNOTATION,
                                                     "true" if (node.get("spec") or {}).get("unschedulable")
                                                     else "false") == "true",
-                  "in_progress_target": annotations.get(node_mig.TARGET_CONFIG_ANNOTATION),
-                  "previous_config": node_mig.previous_config(node)})
+                  "in_progress_target": annotations.get(node_step.TARGET_CONFIG_ANNOTATION),
+                  "previous_config": node_step.previous_config(node)})
     try:
-        source = node_mig.find_config_source(ops, ctx.policy, node_name, ctx.namespace)
-    except node_mig.MigStepError as exc:
+        source = node_step.find_config_source(ops, ctx.policy, node_name, ctx.namespace)
+    except node_step.MigStepError as exc:
         entry["errors"].append("node %s: %s" % (node_name, exc))
         return entry
     entry["config_source"] = source["source"]
@@ -149,7 +149,7 @@ def plan_one(ctx, ops, node_name, target, hardware=None):
     entry["reboot_expected"] = bool(plan["mode_change_required"] and ctx.with_reboot)
     entry["reset_or_reboot"] = ("reboot" if entry["reboot_expected"] else "GPU reset") if plan["mode_change_required"] \
         else "none (layout only)"
-    verified_now = not node_mig.resource_mismatches(expected, node_mig.gpu_allocatable(node))
+    verified_now = not node_step.resource_mismatches(expected, node_step.gpu_allocatable(node))
     entry["at_target"] = bool(state["config"] == target and state["state"] == "success" and verified_now
                               and not entry["cordoned_by_us"] and not entry["in_progress_target"])
     entry["half_done"] = bool(entry["cordoned_by_us"] or entry["in_progress_target"])
@@ -216,7 +216,7 @@ def format_table(columns, rows):
 def _fail(row, stage, message, ctx, ops, node_name, started):
     row.update({"result": "failed", "stage": stage, "message": message,
                 "duration_s": round(row.get("duration_s", 0.0) + time.monotonic() - started, 3)})
-    row["diagnostics"] = node_mig.collect_diagnostics(ops, node_name, ctx.namespace, ctx.options["log_lines"])
+    row["diagnostics"] = node_step.collect_diagnostics(ops, node_name, ctx.namespace, ctx.options["log_lines"])
     row["left_cordoned"] = row["diagnostics"].get("unschedulable", True)
     row["after"] = row["diagnostics"].get("config")
     return row
@@ -252,26 +252,26 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         # 2. label, unless MIG Manager already has this target (a resumed run)
         t1 = time.monotonic()
         node = ops.get_node(node_name)
-        state = node_mig.mig_state(node)
+        state = node_step.mig_state(node)
         if state["config"] != target:
-            node_mig.set_config_label(ops, node, target)
+            node_step.set_config_label(ops, node, target)
         elif state["state"] in (None, "", "failed"):
             # Same value again would not wake MIG Manager (it acts on changes, §3.4): re-trigger.
-            node_mig.unwedge(ops, node_name, target)
+            node_step.unwedge(ops, node_name, target)
         # 3. follow the state with a watch until success/failed or the deadline
-        followed = node_mig.follow_state(ops, node_name, target, time.monotonic() + o["apply_timeout"])
+        followed = node_step.follow_state(ops, node_name, target, time.monotonic() + o["apply_timeout"])
         row["states"] = followed["states"]
         row["rebooted"] = followed["rebooted"]
         if followed["final"] == "timeout" and o["unwedge_on_timeout"]:
-            row["unwedged"] = node_mig.unwedge(ops, node_name, target)
-            followed = node_mig.follow_state(ops, node_name, target, time.monotonic() + o["apply_timeout"])
+            row["unwedged"] = node_step.unwedge(ops, node_name, target)
+            followed = node_step.follow_state(ops, node_name, target, time.monotonic() + o["apply_timeout"])
             row["states"] += followed["states"]
         row["timings"]["apply_s"] = round(time.monotonic() - t1, 3)
         if followed["final"] != "success":
             reason = {"failed": "MIG Manager reported failed",
                       "timeout": "no success within %ss (state %s)" % (
                           o["apply_timeout"], (followed["states"] or ["unset"])[-1]),
-                      "changed": "someone else changed %s meanwhile" % node_mig.MIG_CONFIG_LABEL}[followed["final"]]
+                      "changed": "someone else changed %s meanwhile" % node_step.MIG_CONFIG_LABEL}[followed["final"]]
             row = _fail(row, "apply", "node %s: %s -> %s: %s; node left cordoned" % (
                 node_name, row["before"] or "unset", target, reason), ctx, ops, node_name, started)
             if o["rollback_on_failure"] and followed["final"] != "changed":
@@ -280,7 +280,7 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
             return row
         # 4. verify allocatable and GFD labels against the plan
         t2 = time.monotonic()
-        problems = node_mig.wait_verified(ops, node_name, planned["expected_resources"],
+        problems = node_step.wait_verified(ops, node_name, planned["expected_resources"],
                                           planned["expected_gfd_labels"], time.monotonic() + o["verify_timeout"],
                                           followed["node"])
         row["timings"]["verify_s"] = round(time.monotonic() - t2, 3)
@@ -300,7 +300,7 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
 
 
 def _give_back(ctx, ops, node_name, target, row, started, what):
-    node = ops.patch_node(node_name, node_mig.finish_annotations_patch())  # the patched node: no extra read
+    node = ops.patch_node(node_name, node_step.finish_annotations_patch())  # the patched node: no extra read
     changed, outcome = ctx.drainer(ops, node_name).uncordon(node)
     row.update(result="reconfigured", after=target, uncordon=outcome,
                duration_s=round(row.get("duration_s", 0.0) + time.monotonic() - started, 3),
@@ -312,7 +312,7 @@ def hardware_mismatches(ctx, ops, node_name, target, hardware):
     """What the GPUs themselves (gpu_info facts read after the change) say differs from ``target``."""
     if not hardware.get("gpus"):
         return ["the GPUs could not be read after the change: %s" % (hardware.get("msg") or "gpu_info listed none")]
-    source = node_mig.find_config_source(ops, ctx.policy, node_name, ctx.namespace)
+    source = node_step.find_config_source(ops, ctx.policy, node_name, ctx.namespace)
     config = resolve.builtin_config() if source["kind"] == "builtin" else source["text"]
     try:
         plan = mig_plan.plan_node(hardware, config_name=target, config=config, config_source=source["source"])
@@ -337,10 +337,10 @@ def release_node(ctx, row, target, hardware=None):
     row = dict(row)
     try:
         node = ops.get_node(row["node"])
-        state = node_mig.mig_state(node)
+        state = node_step.mig_state(node)
         if state["config"] != target or state["state"] != "success":
             return _fail(row, "release", "node %s: changed since verification (%s=%s, state %s); node left cordoned" % (
-                row["node"], node_mig.MIG_CONFIG_LABEL, state["config"], state["state"]), ctx, ops, row["node"], started)
+                row["node"], node_step.MIG_CONFIG_LABEL, state["config"], state["state"]), ctx, ops, row["node"], started)
         if hardware:
             problems = hardware_mismatches(ctx, ops, row["node"], target, hardware)
             row["hardware_verified"] = not problems
@@ -359,7 +359,7 @@ def rollback(ctx, ops, node_name):
     change is verified (explicit option). ``result`` is MIG Manager's final state; ``verified`` says whether
     allocatable and GFD labels then matched the previous config's plan (``mismatches`` otherwise)."""
     node = ops.get_node(node_name)
-    previous = node_mig.previous_config(node)
+    previous = node_step.previous_config(node)
     if not previous:
         return {"result": "skipped", "verified": False,
                 "message": "no previous config recorded on node %s" % node_name}
@@ -367,11 +367,11 @@ def rollback(ctx, ops, node_name):
     if planned["errors"]:
         return {"result": "skipped", "config": previous, "verified": False,
                 "message": "rollback to %s not started: %s" % (previous, "; ".join(planned["errors"]))}
-    node_mig.set_config_label(ops, node, previous)
-    followed = node_mig.follow_state(ops, node_name, previous, time.monotonic() + ctx.options["apply_timeout"])
+    node_step.set_config_label(ops, node, previous)
+    followed = node_step.follow_state(ops, node_name, previous, time.monotonic() + ctx.options["apply_timeout"])
     outcome = {"result": followed["final"], "config": previous, "states": followed["states"], "verified": False}
     if followed["final"] == "success":
-        outcome["mismatches"] = node_mig.wait_verified(
+        outcome["mismatches"] = node_step.wait_verified(
             ops, node_name, planned["expected_resources"], planned["expected_gfd_labels"],
             time.monotonic() + ctx.options["verify_timeout"], followed["node"])
         outcome["verified"] = not outcome["mismatches"]

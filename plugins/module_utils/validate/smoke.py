@@ -14,7 +14,7 @@ __metaclass__ = type
 import hashlib
 import re
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.node_validation import product_label
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.node import product_label
 
 SMOKE_LABEL = "gpufleet.io/smoke-test"
 APP_LABEL = "gpufleet-smoke-test"

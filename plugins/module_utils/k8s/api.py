@@ -9,6 +9,9 @@ few fields, so responses are decoded as plain JSON. Core (v1) requests go throug
 builds a few hundred pydantic models, about 1 s of every module run on a small controller, for typed
 results these modules never use. Watches go through the client's own ``kubernetes.watch.Watch``. Every
 call is counted so the benchmark can report API requests per node.
+
+Also the GPU Operator's own objects as the API holds them (ClusterPolicy, operand pods), read for the
+modules that report on the operator (``operator.status`` stays pure).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,7 +26,7 @@ try:
     from kubernetes import client as k8s_client
     from kubernetes import watch as k8s_watch
     from kubernetes.client.rest import ApiException
-except ImportError:  # pragma: no cover - kube.require_kubernetes reports the missing library
+except ImportError:  # pragma: no cover - k8s.client.require_kubernetes reports the missing library
     k8s_client = None
     k8s_watch = None
     ApiException = Exception
@@ -263,3 +266,19 @@ class KubeOps(object):
             return initial
         return self.watch(self.lister("/api/v1/nodes"), deadline, lambda _t, obj: done(obj), initial,
                           field_selector="metadata.name=%s" % name)
+
+
+def read_cluster_policy(api_client):
+    """ClusterPolicy ``cluster-policy`` (nvidia.com/v1) as a dict, or None when it does not exist."""
+    try:
+        return k8s_client.CustomObjectsApi(api_client).get_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return None
+
+
+def list_operand_pods(api_client, namespace):
+    """Every pod of the operator's namespace (its operands), as dicts."""
+    return KubeOps(api_client).list_pods_in_namespace(namespace).get("items") or []

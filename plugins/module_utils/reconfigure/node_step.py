@@ -15,8 +15,8 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.drain import is_gpu_pod, pod_ref
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.drain import is_gpu_pod, pod_ref
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
     ApiException,
     DeadlineExceeded,
     annotations_of,

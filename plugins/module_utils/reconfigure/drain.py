@@ -15,7 +15,7 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
     ApiException,
     DeadlineExceeded,
     annotations_of,

@@ -15,7 +15,7 @@ __metaclass__ = type
 import datetime
 import threading
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.kube_ops import ApiException
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import ApiException
 
 
 class LockHeld(Exception):

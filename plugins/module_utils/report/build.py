@@ -16,7 +16,7 @@ __metaclass__ = type
 import collections
 import datetime
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import cluster_facts
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog, placement, plan, profiles
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError, ProfileNameError
 
