@@ -44,7 +44,9 @@ def build_survey(configs):
                 "variable": "survey_profile",
                 "required": True,
                 "choices": choices,
-                "default": "all-disabled" if "all-disabled" in choices else choices[0],
+                # No default: a required question with none makes the person choose (a default would turn
+                # "launch" into "disable MIG on the fleet").
+                "default": "",
                 "min": None,
                 "max": None,
             },

@@ -129,7 +129,11 @@ def test_templates_workflow_and_credential_type_wiring():
     for module, args in tasks.values():
         by_module.setdefault(module, []).append(args)
     playbooks = {args["playbook"]: args for args in by_module["job_template"]}
-    assert set(playbooks) == {"site.yml", "mig-reconfigure.yml"}
+    assert set(playbooks) == {"site.yml", "mig-reconfigure.yml", "report.yml"}
+    # The report's files go to a directory per job under a path the job template sets (exposed to jobs), so they
+    # outlive the job's container; AWX fills in awx_job_id at launch (Jinja in template extra vars).
+    report = playbooks["report.yml"]
+    assert report["extra_vars"]["gpu_report_dir"] == "/var/lib/gpufleet/reports/job-{{ awx_job_id }}"
     reconfigure = playbooks["mig-reconfigure.yml"]
     assert reconfigure["survey_enabled"] is True and reconfigure["ask_job_type_on_launch"] is True
     assert "survey_profile" in reconfigure["extra_vars"]["profile"], "profile is not derived from the survey"
@@ -157,6 +161,8 @@ def test_surveys_are_generated_from_the_named_configs():
     profile = next(q for q in survey["spec"] if q["variable"] == "survey_profile")
     assert profile["choices"] == sorted(set(resolve.named_configs())) + ["custom"]
     assert {"all-disabled", "all-balanced"} <= set(profile["choices"])
+    # A required question without a default: launching makes the person choose (no accidental all-disabled).
+    assert profile["required"] is True and profile["default"] == ""
 
 
 def test_survey_follows_awx_survey_rules():
