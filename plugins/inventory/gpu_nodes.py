@@ -6,6 +6,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
 DOCUMENTATION = r"""
 name: gpu_nodes
 short_description: Kubernetes GPU nodes as an inventory, grouped by GPU model and MIG state
@@ -172,11 +174,21 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self._cache[cache_key] = nodes
         self._populate(nodes)
 
+    def _auth_option(self, name):
+        """An auth option, None when it comes from an empty environment variable (AWX injects K8S_AUTH_CONTEXT=""
+        for an empty credential field; as a bool, an empty K8S_AUTH_VERIFY_SSL would otherwise turn TLS checks off)."""
+        value, origin = self.get_option_and_origin(name)
+        if isinstance(origin, str) and origin.startswith("env:"):
+            variable = origin.split(":", 1)[1].strip()
+            if not os.environ.get(variable, "").strip():
+                return None
+        return value
+
     def _fetch_nodes(self, path):
         """Node summaries from the API (what is cached: plain JSON-able dicts)."""
         if not HAS_KUBERNETES:
             raise AnsibleError("%s needs the kubernetes Python client (pip install kubernetes)" % self.NAME)
-        params = dict((name, self.get_option(name)) for name in AUTH_PARAM_NAMES)
+        params = dict((name, self._auth_option(name)) for name in AUTH_PARAM_NAMES)
         selector = self.get_option("label_selector")
         try:
             api_client = get_api_client(params)

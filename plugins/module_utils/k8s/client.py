@@ -32,7 +32,28 @@ except ImportError:  # pragma: no cover - exercised only where the library is mi
 
         status = None
 
-from ansible.module_utils.basic import env_fallback, missing_required_lib
+from ansible.module_utils.basic import missing_required_lib
+from ansible.module_utils.errors import AnsibleFallbackNotFound
+
+
+def env_fallback(*names):
+    """Like Ansible's env_fallback, but an empty variable counts as unset.
+
+    AWX renders every injector of a credential type, so a credential with an empty optional field still sets
+    K8S_AUTH_CONTEXT="" (and kubernetes would then look for a context named "").
+    """
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None and value.strip():
+            return value
+    raise AnsibleFallbackNotFound
+
+
+def unset_empty(params):
+    """A copy of connection params where empty or blank strings are None (unset), as AWX leaves empty fields."""
+    return dict((name, None if isinstance(value, str) and not value.strip() else value)
+                for name, value in params.items())
+
 
 AUTH_ARG_SPEC = dict(
     # no_log as kubernetes.core does: the value may be the kubeconfig itself, tokens and keys included.
@@ -62,6 +83,7 @@ def require_kubernetes(module):
 
 
 def _load_configuration(params):
+    params = unset_empty(params)
     configuration = k8s_client.Configuration()
     kubeconfig = params.get("kubeconfig")
     context = params.get("context")
@@ -103,6 +125,7 @@ def _load_configuration(params):
 
 def get_api_client(params):
     """Return a ``kubernetes.client.ApiClient`` for the module's auth params (a dict)."""
+    params = unset_empty(params)
     configuration = _load_configuration(params)
     api_client = k8s_client.ApiClient(configuration)
     if params.get("impersonate_user"):

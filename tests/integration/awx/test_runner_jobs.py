@@ -9,6 +9,7 @@ import os
 import sys
 
 import ansible_runner
+import jinja2.sandbox
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -31,6 +32,21 @@ def reconfigure_template_extra_vars():
     with open(os.path.join(AWX_DIR, "configure.yml")) as handle:
         play = yaml.load(handle, Loader=_AwxLoader)[0]  # noqa: S506 - SafeLoader subclass
     return dict(play["vars"]["gpufleet_awx_reconfigure_extra_vars"])
+
+
+def awx_credential_env(kubeconfig_path, context=""):
+    """The environment AWX injects for the kubeconfig credential: the credential type's env injectors from
+    awx/configure.yml rendered as AWX renders them (Jinja, with the credential's inputs and tower.filename.<id>
+    for each file injector). An empty optional field still sets its variable, to an empty string."""
+    with open(os.path.join(AWX_DIR, "configure.yml")) as handle:
+        play = yaml.load(handle, Loader=_AwxLoader)[0]  # noqa: S506 - SafeLoader subclass
+    credential_type = next(task["awx.awx.credential_type"] for task in play["tasks"]
+                           if "awx.awx.credential_type" in task)
+    inputs = {"kubeconfig": open(kubeconfig_path).read(), "context": context}
+    variables = dict(inputs, tower={"filename": {"kubeconfig": kubeconfig_path}})
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined)
+    return dict((name, env.from_string(template).render(**variables))
+                for name, template in credential_type["injectors"]["env"].items())
 
 
 def survey_defaults():
@@ -59,9 +75,9 @@ def run_job(tmp_path, name, kubeconfig, limit, answers, check, isolation):
         playbook="mig-reconfigure.yml",
         inventory=str(private / "inventory" / "fleet.gpu_nodes.yml"),
         extravars=extravars,
-        envvars={"K8S_AUTH_KUBECONFIG": str(injected), "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
-                 "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-                 "ANSIBLE_PYTHON_INTERPRETER": sys.executable},
+        envvars=dict(awx_credential_env(str(injected)), ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+                     PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""),
+                     ANSIBLE_PYTHON_INTERPRETER=sys.executable),
         cmdline="--check" if check else None,
         limit=",".join(limit),
         quiet=True,
@@ -101,6 +117,9 @@ def test_plan_job_then_apply_job_through_ansible_runner(testbed, gpu_cluster, ad
                          "whole GPUs advertised on %s" % name)
     before = dict((n, node_labels(testbed, n).get(CONFIG)) for n in nodes)
     kubeconfig = automation_kubeconfig(testbed)
+    # The credential has no context: AWX still injects K8S_AUTH_CONTEXT="" (the inventory plugin and the modules
+    # must read that as unset, not as a context named "").
+    assert awx_credential_env(kubeconfig)["K8S_AUTH_CONTEXT"] == ""
     answers = {"survey_profile": "all-balanced", "survey_custom_profile": "", "nodes": "", "max_unavailable": "1"}
     isolation = {"mig_reconfigure_lock_name": "awx-runner-%s" % nodes[0][-6:], "mig_reconfigure_apply_timeout": 120,
                  "mig_reconfigure_verify_timeout": 60, "mig_reconfigure_drain_timeout": 60}
@@ -138,3 +157,48 @@ def test_custom_profile_answer_reaches_the_playbook(testbed, gpu_cluster, add_gp
     assert job.status == "failed", output[-4000:]
     assert "no-such-layout" in output
     assert node_labels(testbed, name).get(CONFIG) == before
+
+
+def report_template_extra_vars():
+    """The extra vars saved on the report job template by awx/configure.yml, rendered as configure.yml renders them."""
+    with open(os.path.join(AWX_DIR, "configure.yml")) as handle:
+        play = yaml.load(handle, Loader=_AwxLoader)[0]  # noqa: S506 - SafeLoader subclass
+    with open(os.path.join(AWX_DIR, "vars", "controller.yml")) as handle:
+        root = yaml.safe_load(handle)["gpufleet_awx_report_dir"]
+    template = play["vars"]["gpufleet_awx_report_extra_vars"]["gpu_report_dir"]
+    return {"gpu_report_dir": jinja2.Environment().from_string(template).render(gpufleet_awx_report_dir=root)}
+
+
+def test_report_job_keeps_files_and_stats(testbed, gpu_cluster, add_gpu_node, tmp_path):
+    """The report job template as AWX runs it (credential injected with an empty context, awx_job_id passed):
+    report.json/report.html land in the job's directory under the template's path, and the totals and findings
+    reach the job's artifacts through set_stats."""
+    name = add_gpu_node("awx-report", "H100-80GB-HBM3", 1, labels={"gpufleet.test/awx-report": "yes"})
+    testbed.wait_for(lambda: gpu_allocatable(testbed, name).get("nvidia.com/gpu") == 1, 90, "GPU on %s" % name)
+    kubeconfig = automation_kubeconfig(testbed)
+    extravars = report_template_extra_vars()
+    assert extravars["gpu_report_dir"] == "/var/lib/gpufleet/reports/job-{{ awx_job_id }}"
+    # The directory AWX would expose to jobs; here under the test's tmp dir.
+    extravars["gpu_report_dir"] = extravars["gpu_report_dir"].replace("/var/lib/gpufleet/reports",
+                                                                      str(tmp_path / "kept"))
+    extravars.update({"awx_job_id": 4242, "gpu_report_label_selector": "gpufleet.test/awx-report=yes"})
+    private = tmp_path / "report-job"
+    private.mkdir()
+    bin_dir = os.path.dirname(sys.executable)
+    job = ansible_runner.run(
+        private_data_dir=str(private), project_dir=ROOT, playbook="report.yml", inventory="localhost,",
+        extravars=extravars,
+        envvars=dict(awx_credential_env(kubeconfig), ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+                     PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_PYTHON_INTERPRETER=sys.executable),
+        quiet=True, timeout=300)
+    output = job.stdout.read()
+    assert job.status == "successful", output[-6000:]
+    kept = tmp_path / "kept" / "job-4242"
+    report = json.loads((kept / "report.json").read_text())
+    assert [n["name"] for n in report["nodes"]] == [name]
+    assert "<html" in (kept / "report.html").read_text().lower()
+    stats = [e["event_data"] for e in job.events if e.get("event") == "playbook_on_stats"]
+    artifacts = stats[-1].get("artifact_data") or {}
+    assert artifacts["gpu_report_totals"] == report["totals"] and artifacts["gpu_report_totals"]["nodes"] == 1
+    assert artifacts["gpu_report_findings"] == report["findings"]
+    assert artifacts["gpu_report_files"] == [str(kept / "report.json"), str(kept / "report.html")]
