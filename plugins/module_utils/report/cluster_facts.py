@@ -14,6 +14,11 @@ __metaclass__ = type
 
 import re
 
+try:
+    from kubernetes.utils import parse_quantity
+except ImportError:  # pragma: no cover - the inventory plugin and the modules check for the client themselves
+    parse_quantity = None
+
 NVIDIA = "nvidia.com/"
 LABEL_GPU_PRESENT = "nvidia.com/gpu.present"  # set by the operator on nodes with an NVIDIA PCI device (§3.7)
 LABEL_PRODUCT = "nvidia.com/gpu.product"
@@ -43,8 +48,14 @@ def _int(value, default=None):
 
 
 def _quantity(value):
-    """Extended resources (nvidia.com/*) are whole numbers; anything else is reported as 0."""
-    return _int(value, 0)
+    """A Kubernetes quantity as an int (kubernetes.utils.parse_quantity: "2", "1k", "2e3"); extended resources
+    (nvidia.com/*) are whole numbers, so a fraction is cut and anything unreadable is reported as 0."""
+    if parse_quantity is None:
+        return _int(value, 0)
+    try:
+        return int(parse_quantity(value))
+    except (TypeError, ValueError, ArithmeticError):
+        return 0
 
 
 def gpu_resources(resources):

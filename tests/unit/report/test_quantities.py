@@ -1,0 +1,23 @@
+"""Resource quantities of nodes and pods go through kubernetes.utils.parse_quantity."""
+
+import pytest
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("7", 7), (7, 7), ("1k", 1000), ("2e1", 20), ("1Ki", 1024), ("1500m", 1), ("0", 0),
+    ("not-a-quantity", 0), (None, 0), ("", 0),
+])
+def test_gpu_resource_quantities(value, expected):
+    assert cluster_facts.gpu_resources({"nvidia.com/mig-1g.10gb": value}) == {"nvidia.com/mig-1g.10gb": expected}
+
+
+def test_only_nvidia_gpu_resources_are_kept():
+    assert cluster_facts.gpu_resources({"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "2",
+                                        "nvidia.com/mig-3g.40gb": "1k"}) == {"nvidia.com/gpu": 2,
+                                                                             "nvidia.com/mig-3g.40gb": 1000}
+
+
+def test_the_kubernetes_parser_is_used():
+    assert cluster_facts.parse_quantity is not None
