@@ -6,8 +6,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
-
 DOCUMENTATION = r"""
 name: gpu_nodes
 short_description: Kubernetes GPU nodes as an inventory, grouped by GPU model and MIG state
@@ -129,6 +127,8 @@ cache_timeout: 300
 #   gpu_deploy_paused (operands MIG Manager left paused), gpu_capacity, gpu_allocatable
 #   ({nvidia.com/gpu|mig-*: n}), gpu_ready, gpu_unschedulable, gpu_labels (all nvidia.com/* labels).
 """
+
+import os
 
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable

@@ -91,7 +91,7 @@ def test_group_vars_reach_mig_reconfigure_and_e_outranks_them(testbed, gpu_clust
 
 
 def test_unreadable_gpu_host_warns_or_fails_with_require_hardware(testbed, gpu_cluster, add_gpu_node, runner,
-                                                                   tmp_path):
+                                                                  tmp_path):
     name = add_gpu_node("inv-nonvml", "H100-80GB-HBM3", 1)
     wait_advertised(testbed, name)
     before = node_view(testbed, name)["labels"].get(CONFIG)
