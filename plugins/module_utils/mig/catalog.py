@@ -45,7 +45,7 @@ def _name_key(name):
 
 
 def _build_profiles(entry):
-    layout = catalog_data.SEVEN_SLICE_LAYOUT if entry["layout"] == "seven" else catalog_data.FOUR_SLICE_LAYOUT
+    layout = catalog_data.LAYOUTS[entry["layout"]]
     profiles = []
     for kind, index, profile_id, slices, memory_slices, count, starts in layout:
         engines = entry.get("engines", {}).get(kind) or (None,) * 5
