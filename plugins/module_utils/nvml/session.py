@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - depends on the host
     HAS_PYNVML = False
     PYNVML_IMPORT_ERROR = traceback.format_exc()
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import facts
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import (
     ProfileNameError,
     canonical_profile_name,
@@ -141,6 +142,8 @@ class NvmlSession(object):
         gpu["profiles"] = table if profiles else []
         gpu["instances"] = (self.gpu_instances(handle, table, gpu)
                             if instances and gpu["mig"]["current"] and table else [])
+        # NVML's instance counts are wrong on some GPUs (A30): take them from the catalog there.
+        gpu["profiles"] = facts.trusted_live_profiles(gpu)
         gpu["processes"] = self.processes(handle, gpu) if processes else []
         return gpu
 
