@@ -45,8 +45,8 @@ def test_real_keys_are_accepted_and_psp_is_refused():
 
 def test_every_chart_key_passes_through_to_the_values():
     chart = _chart_values()
-    extra = dict((key, chart[key]) for key in chart if key not in ("mig", "driver", "toolkit", "dcgmExporter",
-                                                                     "migManager", "devicePlugin"))
+    owned = ("mig", "driver", "toolkit", "dcgmExporter", "migManager", "devicePlugin")
+    extra = dict((key, chart[key]) for key in chart if key not in owned)
     assert values.settings_problems(_settings(extra_values=extra)) == []
     built = values.build_values(_settings(extra_values=extra))
     assert built["extraObjects"] == chart["extraObjects"] and built["draDriver"] == chart["draDriver"]
