@@ -12,7 +12,6 @@ import yaml
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import (
     catalog,
-    catalog_data,
     facts,
     migparted,
     plan,
