@@ -113,9 +113,3 @@ def test_custom_mig_config_checked_against_inventory_models():
     assert mixed == ["balanced"]
     assert single_strategy_warnings(settings(mig_strategy="single"), mixed)
     assert not single_strategy_warnings(settings(mig_strategy="mixed"), mixed)
-
-
-def test_custom_mig_config_that_does_not_parse():
-    problems, names, _mixed = mig_config_findings({"version": "v1", "mig-configs": {"x": [{"devices": "all"}]}}, [H100])
-    assert names == []
-    assert len(problems) == 1 and "mig-enabled" in problems[0]
