@@ -37,7 +37,8 @@ def test_values_follow_the_settings():
     values = build_values(settings(driver_enabled=False, mig_with_reboot=True, mig_strategy="single"))
     assert values["driver"] == {"enabled": False}
     assert values["mig"] == {"strategy": "single"}
-    # WITH_REBOOT as NVIDIA documents it: a migManager.env entry with the string "true" (reference §1.2)
+    # WITH_REBOOT as NVIDIA documents it: a migManager.env entry with the string "true" (GPU Operator docs,
+    # https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html)
     assert values["migManager"]["env"] == [{"name": "WITH_REBOOT", "value": "true"}]
     assert values["migManager"]["config"] == {"name": "", "default": "all-disabled"}
     assert "devicePlugin" not in values
@@ -86,7 +87,7 @@ def test_configmaps_and_patch():
     s = settings(mig_config=mig_config, device_plugin_config={"any": time_slicing()}, device_plugin_config_default="any")
     maps = configmaps(s, "gpu-operator", yaml.safe_dump)
     assert [m["metadata"]["name"] for m in maps] == ["gpufleet-mig-parted-config", "gpufleet-device-plugin-config"]
-    assert yaml.safe_load(maps[0]["data"]["config.yaml"]) == mig_config  # key config.yaml (reference §1.2)
+    assert yaml.safe_load(maps[0]["data"]["config.yaml"]) == mig_config  # key config.yaml (gpu-operator-mig.html)
     assert yaml.safe_load(maps[1]["data"]["any"]) == time_slicing()
     assert cluster_policy_patch(s) == {"spec": {
         "mig": {"strategy": "mixed"},
