@@ -8,16 +8,16 @@ import sys
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
 
 
-def run_module(tmp_path, name, /, **args):
-    path = tmp_path / ("%s-args.json" % name)
+def run_module(tmp_path, module_name, **args):
+    path = tmp_path / ("%s-args.json" % module_name)
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, ".collections"), ROOT]))
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "modules", name + ".py"), str(path)],
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "modules", module_name + ".py"), str(path)],
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     try:
         return json.loads(proc.stdout)
     except ValueError:
-        raise AssertionError("%s printed no JSON result (rc %s): %s %s" % (name, proc.returncode, proc.stdout, proc.stderr))
+        raise AssertionError("%s printed no JSON result (rc %s): %s %s" % (module_name, proc.returncode, proc.stdout, proc.stderr))
 
 
 def warnings(result):
