@@ -167,7 +167,7 @@ def planned_or_fail(module, ctx, ops, name, target, result):
 
 
 def verify_or_fail(module, ctx, ops, name, target, plan, result, followed):
-    """MIG Manager's success comes before the device plugin re-advertises (reference §3.6 step 15), so wait
+    """MIG Manager's success comes before the device plugin re-advertises (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go), so wait
     until allocatable and GFD labels match the plan; a node that never does is not reported as done."""
     params = module.params
     problems = node_step.wait_verified(ops, name, plan["expected_resources"], plan["expected_gfd_labels"],

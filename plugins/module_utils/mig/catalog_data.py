@@ -4,11 +4,11 @@
 """Built-in MIG profile tables (data). Kept as Python, not JSON, because Ansible ships only .py
 module_utils to a managed host.
 
-Sources (see shared/reference/nvidia-gpu-operator-and-mig.md):
+Sources:
 - profile names and instance counts: NVIDIA MIG User Guide "Supported MIG Profiles" and the static
-  mig-parted config (GO@v26.7.0 assets/state-mig-manager/0400_configmap.yaml), reference §4.2, §5.2;
+  mig-parted config (NVIDIA/gpu-operator v26.7.0 assets/state-mig-manager/0400_configmap.yaml);
 - nvidia-smi profile ids and placements of the 7-slice (GA100/GH100) layout: the guide's ``-lgipp``
-  example and a real H200 read (h200-nvidia-smi-mig-lgipp.txt): 19/20 {0..6}:1, 15 {0,2,4,6}:2,
+  example and a real H200 read (tests/fixtures/h200/nvidia-smi-mig-lgipp.txt): 19/20 {0..6}:1, 15 {0,2,4,6}:2,
   14 {0,2,4}:2, 9 {0,4}:4, 5 {0}:4, 0 {0}:8;
 - NVML profile index constants: go-nvml nvml.h (§5.4); A30 ids/placements: observed -lgipp (§5.2);
 - PCI device ids: the static config's device filters (§4.2);

@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
 """Hardware facts from a node's GFD labels, for planning from the controller when NVML cannot be
-read. Label meanings: reference §6.1 (base labels) and §6.2 (per-strategy MIG labels)."""
+read. Label meanings: NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md (base labels) and internal/lm/mig-strategy.go (per-strategy MIG labels)."""
 
 from __future__ import absolute_import, division, print_function
 

@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles
     parse_profile,
 )
 
-# all-balanced per compute-slice count: mig-parted pkg/mig/builder/balanced.go (reference §4.3).
+# all-balanced per compute-slice count: NVIDIA/mig-parted pkg/mig/builder/balanced.go.
 BALANCED_FORMULA = {7: {1: 2, 2: 1, 3: 1}, 4: {1: 2, 2: 1}}
 GENERATED_SOURCE = "generated from the GPUs' profile tables (as MIG Manager >= v0.14)"
 BUILTIN_SOURCE = "built-in default config (static default-mig-parted-config)"

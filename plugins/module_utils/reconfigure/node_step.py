@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """The MIG step for one node, against MIG Manager's label protocol.
 
-Protocol facts (shared/reference/nvidia-gpu-operator-and-mig.md §3.4-§3.6): MIG Manager acts only when
+Protocol facts (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go): MIG Manager acts only when
 ``nvidia.com/mig.config`` *changes*, reports through ``nvidia.com/mig.config.state`` (pending, rebooting,
 success, failed) and pauses the operands by setting ``nvidia.com/gpu.deploy.*`` to ``paused-for-mig-change``.
 Device-plugin resources and GFD labels per strategy: §6.2-§6.3.
@@ -59,7 +59,8 @@ def mig_strategy(policy, node):
 
 
 def with_reboot(policy):
-    """WITH_REBOOT in spec.migManager.env (reference §1.2, §3.3): a mode change may reboot the node."""
+    """WITH_REBOOT in spec.migManager.env: a mode change may reboot the node
+    (https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html)."""
     env = (((policy or {}).get("spec") or {}).get("migManager") or {}).get("env") or []
     return any(e.get("name") == "WITH_REBOOT" and str(e.get("value")).lower() == "true" for e in env)
 
@@ -73,7 +74,7 @@ def custom_config_name(policy):
 
 
 def find_config_source(ops, policy, node_name, namespace):
-    """The mig-parted config MIG Manager on ``node_name`` reads (reference §3.1-§3.2):
+    """The mig-parted config MIG Manager on ``node_name`` reads (NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go):
     the ClusterPolicy's custom ConfigMap, else the generated ``<node>-mig-config``, else the built-in.
 
     Returns {kind: custom|generated|builtin, namespace, name, text (None for builtin), source (for messages)}.
@@ -86,7 +87,7 @@ def find_config_source(ops, policy, node_name, namespace):
             raise MigStepError("ClusterPolicy names MIG config ConfigMap %s/%s, which does not exist" % (
                 namespace, custom))
         data = configmap.get("data") or {}
-        # A custom ConfigMap must hold key config.yaml (reference §1.2); old charts' default map used
+        # A custom ConfigMap must hold key config.yaml (GPU Operator docs, gpu-operator-mig.html); old charts' default map used
         # config-default.yaml.
         text = data.get("config.yaml") or data.get("config-default.yaml")
         if text is None:

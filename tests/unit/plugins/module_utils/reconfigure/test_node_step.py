@@ -1,9 +1,6 @@
-"""Pure parts of the MIG step: config source choice, strategy, verification, lease expiry, tables."""
+"""Pure parts of the per-node MIG step: config source choice, strategy, verification, paused operands."""
 
-import datetime
-
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import lock as rollout_lock
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step, rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step
 
 
 class FakeConfigMaps(object):
@@ -56,7 +53,7 @@ def test_verification_compares_gpu_resources_only_and_names_the_difference():
     assert node_step.gpu_allocatable(node) == {"nvidia.com/mig-1g.10gb": 14}
     assert node_step.resource_mismatches({"nvidia.com/mig-1g.10gb": 14}, node_step.gpu_allocatable(node)) == []
     problems = node_step.resource_mismatches({"nvidia.com/mig-1g.10gb": 16, "nvidia.com/mig-2g.20gb": 8},
-                                            node_step.gpu_allocatable(node))
+                                             node_step.gpu_allocatable(node))
     assert problems == ["allocatable nvidia.com/mig-1g.10gb is 14, plan says 16",
                         "allocatable nvidia.com/mig-2g.20gb is 0, plan says 8"]
     assert node_step.label_mismatches({"nvidia.com/gpu.count": "4"}, {"nvidia.com/gpu.count": "4"}) == []
@@ -68,35 +65,3 @@ def test_paused_deploy_labels():
     node = {"metadata": {"labels": {"nvidia.com/gpu.deploy.device-plugin": "paused-for-mig-change",
                                     "nvidia.com/gpu.deploy.dcgm": "true"}}}
     assert node_step.paused_deploy_labels(node) == ["nvidia.com/gpu.deploy.device-plugin"]
-
-
-def test_lease_expiry():
-    now = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.timezone.utc)
-    lease = {"spec": {"holderIdentity": "a", "leaseDurationSeconds": 60, "renewTime": "2026-01-01T11:59:30.000000Z"}}
-    assert not rollout_lock.is_expired(lease, now)
-    lease["spec"]["renewTime"] = "2026-01-01T11:58:00.000000Z"
-    assert rollout_lock.is_expired(lease, now)
-    assert rollout_lock.is_expired({"spec": {}}, now)
-    assert rollout_lock.lease_view(lease)["expires"] == "2026-01-01T11:59:00.000000Z"
-
-
-def test_tables():
-    assert rollout.layout_text([{"1g.10gb": 2, "2g.20gb": 1}] * 2 + [None]) == \
-        "2x[1g.10gb:2 2g.20gb:1], 1xdisabled"
-    lines = rollout.summary_table([{"node": "n1", "model": "A100", "before": "all-disabled", "after": "all-balanced",
-                                    "evicted": ["a/b"], "duration_s": 3.21, "result": "reconfigured"}])
-    assert lines[0].split() == list(rollout.SUMMARY_COLUMNS)
-    assert lines[1].split() == ["n1", "A100", "all-disabled", "all-balanced", "1", "3.2s", "reconfigured"]
-
-
-def test_rollback_summary_says_how_the_rollback_ended():
-    assert rollout.rollback_summary({"verified": True, "config": "all-disabled", "result": "success"}) == \
-        "back at all-disabled, verified"
-    assert rollout.rollback_summary({"verified": False, "result": "skipped",
-                                     "message": "no previous config recorded on node n1"}) == \
-        "no previous config recorded on node n1"
-    assert rollout.rollback_summary({"verified": False, "config": "all-disabled", "result": "failed"}) == \
-        "all-disabled ended failed"
-    assert rollout.rollback_summary({"verified": False, "config": "all-disabled", "result": "success",
-                                     "mismatches": ["nvidia.com/gpu: want 1, have 0"]}) == \
-        "all-disabled ended success but nvidia.com/gpu: want 1, have 0"

@@ -8,7 +8,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors i
     UnknownProfileError,
 )
 
-# all-balanced per model, reference §4.2 table (GO@v26.7.0 0400_configmap.yaml L358-465)
+# all-balanced per model (NVIDIA/gpu-operator v26.7.0 assets/state-mig-manager/0400_configmap.yaml L358-465)
 BALANCED = {
     "NVIDIA A100-SXM4-40GB": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
     "NVIDIA A100-SXM4-80GB": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
@@ -35,7 +35,7 @@ def test_builtin_config_is_valid_and_has_reference_counts():
     configs = config["mig-configs"]
     assert configs["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
     assert configs["all-enabled"] == [{"devices": "all", "mig-enabled": True, "mig-devices": {}}]
-    # all-1g.10gb: 80GB-class -> 7, A100-40GB -> 4 (reference §4.2)
+    # all-1g.10gb: 80GB-class -> 7, A100-40GB -> 4 (same file)
     by_filter = dict((tuple(e["device-filter"]) if isinstance(e["device-filter"], list) else (e["device-filter"],),
                       e["mig-devices"]) for e in configs["all-1g.10gb"])
     # NVIDIA's static config groups the 80GB class (H100-80GB and A100-80GB ids) in one filter.

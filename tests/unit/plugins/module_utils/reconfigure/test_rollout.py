@@ -1,5 +1,6 @@
 """The sliding window of run_rollout: order, the max_unavailable bound, and the halt after a failure.
-The per-node procedure is replaced (it talks to the API server; the integration tests cover it)."""
+The per-node procedure is replaced (it talks to the API server; the integration tests cover it).
+Also the pure tables and messages of the rollout."""
 
 import threading
 import time
@@ -63,3 +64,25 @@ def test_hold_cordon_reports_verified(monkeypatch):
     fake_node_steps(monkeypatch)
     rows = rollout.run_rollout(Ctx(), ["a", "b"], "all-1g.10gb", window=None, hold_cordon=True)[0]
     assert [r["result"] for r in rows] == ["verified", "verified"]
+
+
+def test_tables():
+    assert rollout.layout_text([{"1g.10gb": 2, "2g.20gb": 1}] * 2 + [None]) == \
+        "2x[1g.10gb:2 2g.20gb:1], 1xdisabled"
+    lines = rollout.summary_table([{"node": "n1", "model": "A100", "before": "all-disabled", "after": "all-balanced",
+                                    "evicted": ["a/b"], "duration_s": 3.21, "result": "reconfigured"}])
+    assert lines[0].split() == list(rollout.SUMMARY_COLUMNS)
+    assert lines[1].split() == ["n1", "A100", "all-disabled", "all-balanced", "1", "3.2s", "reconfigured"]
+
+
+def test_rollback_summary_says_how_the_rollback_ended():
+    assert rollout.rollback_summary({"verified": True, "config": "all-disabled", "result": "success"}) == \
+        "back at all-disabled, verified"
+    assert rollout.rollback_summary({"verified": False, "result": "skipped",
+                                     "message": "no previous config recorded on node n1"}) == \
+        "no previous config recorded on node n1"
+    assert rollout.rollback_summary({"verified": False, "config": "all-disabled", "result": "failed"}) == \
+        "all-disabled ended failed"
+    assert rollout.rollback_summary({"verified": False, "config": "all-disabled", "result": "success",
+                                     "mismatches": ["nvidia.com/gpu: want 1, have 0"]}) == \
+        "all-disabled ended success but nvidia.com/gpu: want 1, have 0"

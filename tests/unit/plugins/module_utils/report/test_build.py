@@ -1,15 +1,12 @@
-"""Pure logic of the fleet report: node summaries, findings, suggestions, exposition parsing, rendering."""
+"""Pure logic of the fleet report: findings and suggestions (helpers shared with the other report tests)."""
 
 import datetime
 import json
 
 import jsonschema
-import pytest
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import build as report
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import metrics as dcgm_metrics
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import render as report_render
+
 
 NOW = datetime.datetime(2026, 12, 2, 12, 0, 0, tzinfo=report._UTC)
 H100 = "NVIDIA H100 80GB HBM3"
@@ -61,19 +58,6 @@ def build(nodes, pods=(), metrics=None, **options):
 
 def kinds(built, node_name=None):
     return sorted(f["kind"] for f in built["findings"] if node_name is None or f["node"] == node_name)
-
-
-def test_node_summary_reads_gfd_operator_and_mig_manager_labels():
-    summary = cluster_facts.node_summary(h100("n", state="pending", **{
-        "nvidia.com/gpu.deploy.device-plugin": "paused-for-mig-change", "nvidia.com/gpu.deploy.driver": "true"}))
-    assert summary["model"] == "NVIDIA-H100-80GB-HBM3" and summary["mig_strategy"] == "mixed"
-    assert summary["mig_devices"] == {"1g.10gb": 7} and summary["allocatable"] == {"nvidia.com/mig-1g.10gb": 7}
-    assert summary["deploy_paused"] == ["device-plugin"] and summary["ready"] is True
-    single = cluster_facts.node_summary(node("s", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
-                                                   "nvidia.com/gpu.count": "14", "nvidia.com/mig.strategy": "single"}))
-    assert single["model"] == "NVIDIA-A100-SXM4-40GB" and single["mig_devices"] == {"1g.5gb": 14}
-    assert cluster_facts.group_safe("NVIDIA-H100-80GB-HBM3") == "nvidia_h100_80gb_hbm3"
-    assert not cluster_facts.is_gpu_node({"metadata": {"name": "cpu", "labels": {}}, "status": {}})
 
 
 def test_consistent_node_has_no_findings():
@@ -150,53 +134,3 @@ def test_unallocatable_demand_and_suggestion_checked_with_the_planner():
 def test_no_suggestion_without_evidence():
     built = build([h100("n")], metrics=samples("n", [(7 + i, "1g.10gb", 0.0, 0.0, None) for i in range(7)]))
     assert "suggestion" not in kinds(built)
-
-
-def test_exposition_parsing_and_sample_labels():
-    text = "\n".join([
-        "# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio",
-        'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="1",modelName="NVIDIA H100 80GB HBM3",GPU_I_PROFILE="1g.10gb+me",'
-        'GPU_I_ID="9",Hostname="n",pod="p",namespace="ml"} 0.25',
-        'DCGM_FI_DEV_FB_USED{gpu="0",Hostname="n"} 1234 1700000000000',
-        'DCGM_FI_DEV_SM_CLOCK{gpu="0",Hostname="n"} 1980',
-        'DCGM_FI_DEV_FB_USED{gpu="0"} 5',
-    ])
-    parsed = list(dcgm_metrics.parse_exposition(text))
-    assert [p[0] for p in parsed] == ["DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED"]
-    first = dcgm_metrics.sample_from_labels(*parsed[0])
-    assert first == {"node": "n", "gpu": 1, "gi_id": 9, "profile": "1g.10gb+me", "model": H100,
-                     "metric": "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "value": 0.25, "pod": "ml/p"}
-    assert dcgm_metrics.sample_from_labels(*parsed[2]) is None, "a series without a host cannot be placed"
-
-
-@pytest.mark.parametrize("with_metrics", [True, False])
-def test_renderings_show_nodes_slices_and_findings(with_metrics):
-    metrics = samples("n", [(7, "1g.10gb", 0.01, 2000.0, "ml/a")]) if with_metrics else None
-    built = build([h100("n"), h100("m", state="failed")], [pod("a", {"nvidia.com/mig-1g.10gb": "1"}, "n")], metrics)
-    table = report_render.render_table(built)
-    assert "NODE" in table and "stuck" in table and "ml/a" in table
-    html = report_render.render_html(built)
-    assert html.count('<svg class="gpu"') == 2
-    assert ('data-state="idle"' in html) == with_metrics
-    assert 'data-kind="stuck" data-node="m"' in html
-
-
-def test_exporter_pods_become_endpoints():
-    def exporter(name, node_name, ip, phase="Running", ports=None):
-        return {"metadata": {"name": name}, "spec": {"nodeName": node_name, "containers": [{"ports": ports or []}]},
-                "status": {"phase": phase, "podIP": ip}}
-    pods = [exporter("a", "n2", "10.0.0.2", ports=[{"name": "metrics", "containerPort": 9500}]),
-            exporter("b", "n1", "fd00::1"), exporter("c", "n3", "10.0.0.3", phase="Pending"),
-            exporter("d", "n4", None)]
-    assert dcgm_metrics.discover_endpoints(pods) == [
-        {"url": "http://[fd00::1]:9400/metrics", "node": "n1"}, {"url": "http://10.0.0.2:9500/metrics", "node": "n2"}]
-    assert dcgm_metrics.discover_endpoints(pods[:1], port=9401)[0]["url"] == "http://10.0.0.2:9401/metrics"
-
-
-def test_one_failing_endpoint_does_not_hide_the_others():
-    errors = []
-    assert dcgm_metrics.scrape_endpoints([{"url": "http://127.0.0.1:9/metrics", "node": "n"}], timeout=2,
-                                         errors=errors) == []
-    assert len(errors) == 1 and "127.0.0.1:9" in errors[0] and "node n" in errors[0]
-    with pytest.raises(dcgm_metrics.MetricsError):
-        dcgm_metrics.scrape_endpoints([{"url": "http://127.0.0.1:9/metrics"}], timeout=2)

@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog, plan
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import UnknownProfileError
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "h200")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "h200")
 
 
 def _read(name):

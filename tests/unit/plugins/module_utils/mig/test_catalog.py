@@ -37,7 +37,7 @@ def test_copies_are_independent():
     assert catalog.get_model("NVIDIA H200")["profiles"]
 
 
-# Names and instance counts per model from the static mig-parted config (reference §4.2).
+# Names and instance counts per model from the static mig-parted config (NVIDIA/gpu-operator assets/state-mig-manager/0400_configmap.yaml).
 STATIC_COUNTS = {
     "NVIDIA A100-SXM4-40GB": {"1g.5gb": 7, "1g.5gb+me": 1, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1},
     "NVIDIA A100-SXM4-80GB": {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1},
@@ -61,7 +61,7 @@ def test_profile_names_and_counts_match_static_config(name):
 
 
 def test_h200_table_matches_real_lgipp():
-    """ids and placements read on a real H200 (shared/reference h200-nvidia-smi-mig-lgipp.txt)."""
+    """ids and placements read on a real H200 (tests/fixtures/h200/nvidia-smi-mig-lgipp.txt)."""
     lgipp = {19: ((0, 1, 2, 3, 4, 5, 6), 1), 20: ((0, 1, 2, 3, 4, 5, 6), 1), 15: ((0, 2, 4, 6), 2),
              14: ((0, 2, 4), 2), 9: ((0, 4), 4), 5: ((0,), 4), 0: ((0,), 8)}
     model = catalog.get_model("NVIDIA H200")
