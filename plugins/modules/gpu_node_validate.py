@@ -144,7 +144,7 @@ def main():
         namespace=dict(type="str", default="gpu-operator"),
         fail_on_problems=dict(type="bool", default=False),
     ), supports_check_mode=True)
-    module.run(validate)
+    module.run(validate, node=[entry["name"] for entry in module.params["nodes"]])
 
 
 if __name__ == "__main__":
