@@ -46,12 +46,12 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
 
 try:
     from urllib3.exceptions import HTTPError as Urllib3HTTPError
-    from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
+    from urllib3.exceptions import MaxRetryError, ProtocolError
 except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
     class Urllib3HTTPError(Exception):  # type: ignore[no-redef]
         pass
 
-    MaxRetryError = NewConnectionError = ProtocolError = Urllib3HTTPError
+    MaxRetryError = ProtocolError = Urllib3HTTPError
 
 # Exceptions of this collection are recognised by the package that defines them.
 PACKAGE_PREFIX = "ansible_collections.gpufleet.gpu_operator.plugins.module_utils."

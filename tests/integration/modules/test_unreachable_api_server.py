@@ -39,7 +39,7 @@ MORE_ARGS = [
     ("gpu_drain", {"name": NODE, "state": "uncordoned"}),
     ("gpu_operator_status", {"wait": True, "timeout": 5}),
 ]
-CASES = [(name, args) for name, args in sorted(MODULE_ARGS.items())] + MORE_ARGS
+CASES = sorted(MODULE_ARGS.items()) + MORE_ARGS
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +56,8 @@ def dead_kubeconfig(dead_port, tmp_path_factory):
     path = tmp_path_factory.mktemp("unreachable") / "kubeconfig"
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "dead",
-        "clusters": [{"name": "dead", "cluster": {"server": "https://127.0.0.1:%s" % dead_port,
-                                                   "insecure-skip-tls-verify": True}}],
+        "clusters": [{"name": "dead", "cluster": {
+            "server": "https://127.0.0.1:%s" % dead_port, "insecure-skip-tls-verify": True}}],
         "users": [{"name": "u", "user": {"token": "not-a-real-token"}}],
         "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "u"}}]}))
     return path
