@@ -265,17 +265,9 @@ api_requests:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    ApiException,
-    KubeAuthError,
-    api_error_message,
-    get_api_client,
-    require_kubernetes,
-)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, RequestCounter
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import capacity, rollout
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
     LeaseRenewer,
@@ -288,62 +280,14 @@ OPTION_KEYS = ("operator_namespace", "strategy", "pod_scope", "force", "delete_e
                "rollback_on_failure")
 
 
-def main():
-    argument_spec = dict(
-        nodes=dict(type="list", elements="str", required=True),
-        config=dict(type="str", required=True),
-        phase=dict(type="str", choices=["plan", "apply", "release"], default="apply"),
-        max_unavailable=dict(type="int"),
-        hold_cordon=dict(type="bool", default=False),
-        rows=dict(type="list", elements="dict"),
-        operator_namespace=dict(type="str", default="gpu-operator"),
-        strategy=dict(type="str", choices=["none", "single", "mixed"]),
-        pod_scope=dict(type="str", choices=["gpu", "all"], default="gpu"),
-        force=dict(type="bool", default=False),
-        delete_emptydir_data=dict(type="bool", default=False),
-        grace_period=dict(type="int"),
-        drain_timeout=dict(type="int", default=600),
-        eviction_retry_delay=dict(type="float", default=5.0),
-        apply_timeout=dict(type="int", default=900),
-        verify_timeout=dict(type="int", default=180),
-        unwedge_on_timeout=dict(type="bool", default=False),
-        rollback_on_failure=dict(type="bool", default=False),
-        hardware=dict(type="dict"),
-        lock=dict(type="dict", options=dict(
-            namespace=dict(type="str", default="gpu-operator"),
-            name=dict(type="str", default="gpufleet-mig-rollout"),
-            holder=dict(type="str", required=True),
-            duration=dict(type="int", default=120),
-            take=dict(type="bool", default=False),
-            break_lock=dict(type="bool", default=False),
-            description=dict(type="str", default=""),
-            release=dict(type="bool", default=False),
-        )),
-    )
-    argument_spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    require_kubernetes(module)
+def roll(module):
     params = module.params
-    if not (params["config"] or "").strip():
-        module.fail_json(msg="config is empty: name the MIG config to roll out (e.g. all-balanced)")
     nodes = [n for n in params["nodes"] if n]
-    if not nodes:
-        module.fail_json(msg="nodes is empty: no GPU node to plan (check the play's hosts or --limit)")
-    if len(set(nodes)) != len(nodes):
-        module.fail_json(msg="nodes lists a node more than once: %s" % ", ".join(sorted(set(
-            n for n in nodes if nodes.count(n) > 1))))
-    if params["max_unavailable"] is not None and params["max_unavailable"] < 1:
-        module.fail_json(msg="max_unavailable must be at least 1, got %s" % params["max_unavailable"])
-    if params["phase"] == "release" and params["rows"] is None:
-        module.fail_json(msg="phase=release needs rows: the rows of the apply that held the nodes cordoned")
-    for key in ("drain_timeout", "apply_timeout", "verify_timeout"):
-        if params[key] <= 0:
-            module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, params[key]))
     counter = RequestCounter()
 
     def ops_factory():
         # One ApiClient per worker thread: each holds its own connection pool for its watches.
-        return KubeOps(get_api_client(params), counter)
+        return KubeOps(module.new_api_client(), counter)
 
     started = time.monotonic()
     try:
@@ -390,14 +334,10 @@ def main():
                         lock_released = renewer.lock.release()[1]
                     except ApiException as exc:  # the rows matter more; the role releases it again
                         lock_released = "not released: %s" % api_error_message(exc)
-    except KubeAuthError as exc:
-        module.fail_json(msg=str(exc))
     except LockHeld as exc:
         module.fail_json(msg="nodes %s not started, nothing was changed: %s" % (", ".join(nodes), exc),
                          lock_holder=exc.lease.get("holder"), api_requests=dict(total=counter.total,
                                                                                 by_verb=counter.by_verb))
-    except ApiException as exc:
-        module.fail_json(msg="nodes %s: %s" % (", ".join(nodes), api_error_message(exc)))
     result = dict(
         changed=any(r["result"] in ("reconfigured", "verified", "failed") or r.get("evicted") for r in rows),
         plan=plans, plan_table=rollout.plan_table(plans),
@@ -418,6 +358,57 @@ def main():
         module.fail_json(msg="MIG rollout of %s halted: %s" % (params["config"], " | ".join(
             r["message"] for r in rows if r["result"] in ("failed", "invalid"))), **result)
     module.exit_json(**result)
+
+
+def main():
+    module = KubeModule(dict(
+        nodes=dict(type="list", elements="str", required=True),
+        config=dict(type="str", required=True),
+        phase=dict(type="str", choices=["plan", "apply", "release"], default="apply"),
+        max_unavailable=dict(type="int"),
+        hold_cordon=dict(type="bool", default=False),
+        rows=dict(type="list", elements="dict"),
+        operator_namespace=dict(type="str", default="gpu-operator"),
+        strategy=dict(type="str", choices=["none", "single", "mixed"]),
+        pod_scope=dict(type="str", choices=["gpu", "all"], default="gpu"),
+        force=dict(type="bool", default=False),
+        delete_emptydir_data=dict(type="bool", default=False),
+        grace_period=dict(type="int"),
+        drain_timeout=dict(type="int", default=600),
+        eviction_retry_delay=dict(type="float", default=5.0),
+        apply_timeout=dict(type="int", default=900),
+        verify_timeout=dict(type="int", default=180),
+        unwedge_on_timeout=dict(type="bool", default=False),
+        rollback_on_failure=dict(type="bool", default=False),
+        hardware=dict(type="dict"),
+        lock=dict(type="dict", options=dict(
+            namespace=dict(type="str", default="gpu-operator"),
+            name=dict(type="str", default="gpufleet-mig-rollout"),
+            holder=dict(type="str", required=True),
+            duration=dict(type="int", default=120),
+            take=dict(type="bool", default=False),
+            break_lock=dict(type="bool", default=False),
+            description=dict(type="str", default=""),
+            release=dict(type="bool", default=False),
+        )),
+    ), supports_check_mode=True)
+    params = module.params
+    if not (params["config"] or "").strip():
+        module.fail_json(msg="config is empty: name the MIG config to roll out (e.g. all-balanced)")
+    nodes = [n for n in params["nodes"] if n]
+    if not nodes:
+        module.fail_json(msg="nodes is empty: no GPU node to plan (check the play's hosts or --limit)")
+    if len(set(nodes)) != len(nodes):
+        module.fail_json(msg="nodes lists a node more than once: %s" % ", ".join(sorted(set(
+            n for n in nodes if nodes.count(n) > 1))))
+    if params["max_unavailable"] is not None and params["max_unavailable"] < 1:
+        module.fail_json(msg="max_unavailable must be at least 1, got %s" % params["max_unavailable"])
+    if params["phase"] == "release" and params["rows"] is None:
+        module.fail_json(msg="phase=release needs rows: the rows of the apply that held the nodes cordoned")
+    for key in ("drain_timeout", "apply_timeout", "verify_timeout"):
+        if params[key] <= 0:
+            module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, params[key]))
+    module.run(roll, node=nodes)
 
 
 if __name__ == "__main__":
