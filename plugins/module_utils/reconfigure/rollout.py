@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
     labels_of,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import facts, plan as mig_plan, resolve
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import verify as mig_verify
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
 
 DEFAULTS = {
@@ -318,13 +319,7 @@ def hardware_mismatches(ctx, ops, node_name, target, hardware):
         plan = mig_plan.plan_node(hardware, config_name=target, config=config, config_source=source["source"])
     except PlanningError as exc:
         return ["hardware facts cannot be compared: %s" % exc]
-    if not plan["changed"]:
-        return []
-    return ["GPU %s has %s, %s wants %s" % (
-        gpu["index"], "MIG mode change pending" if gpu["mode_write_required"] or gpu["mode_change_required"]
-        else " ".join("%s:%s" % kv for kv in sorted(gpu["current"].items())) or "no MIG devices",
-        target, " ".join("%s:%s" % kv for kv in sorted(gpu["target"].items())) or "MIG disabled")
-        for gpu in plan["gpus"] if gpu["changed"]]
+    return [m["text"] for m in mig_verify.mismatches(hardware, plan)]
 
 
 def release_node(ctx, row, target, hardware=None):
