@@ -403,6 +403,36 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
     return [row for row, plan in pairs], [plan for row, plan in pairs if not plan.get("not_started")]
 
 
+def held_rows(ctx, ops, node_names, target):
+    """The nodes of ``node_names`` a rollout with hold_cordon left cordoned after verifying ``target``, found
+    from the cluster: cordoned by us (our cordon annotation), the in-progress marker and the config label at
+    ``target``, MIG Manager at success, and allocatable and GFD labels still matching the plan. Rows as the
+    apply returned them for these nodes (result ``verified``), without the apply's evictions and timings."""
+    rows = []
+    for name in node_names:
+        planned = plan_one(ctx, ops, name, target)
+        if planned["errors"] or not planned.get("cordoned_by_us") or planned.get("in_progress_target") != target \
+                or planned.get("current_config") != target or planned.get("current_state") != "success":
+            continue
+        if node_step.node_mismatches(ops.get_node(name), planned["expected_resources"],
+                                     planned["expected_gfd_labels"]):
+            continue
+        rows.append({"node": name, "model": planned.get("model"), "before": planned.get("previous_config"),
+                     "after": target, "result": "verified",
+                     "message": "%s -> %s: allocatable and GFD labels verified; cordoned until the hardware is read"
+                     % (planned.get("previous_config") or "unset", target)})
+    return rows
+
+
+def release_held(ctx, node_names, target, hardware_by_node=None):
+    """phase=release without rows: release the held nodes found from the cluster. Their rows carry
+    ``release_s`` (not ``duration_s``, which stays the apply's)."""
+    rows = release_all(ctx, held_rows(ctx, ctx.ops, node_names, target), target, hardware_by_node)
+    for row in rows:
+        row["release_s"] = row.pop("duration_s", 0.0)
+    return rows
+
+
 def release_all(ctx, rows, target, hardware_by_node=None):
     hardware_by_node = hardware_by_node or {}
     if not rows:
