@@ -126,8 +126,6 @@ unwedged:
   type: dict
 """
 
-import time
-
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, labels_of
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step, rollout
@@ -137,15 +135,25 @@ def _diff(before, after):
     return {"before": {node_step.MIG_CONFIG_LABEL: before}, "after": {node_step.MIG_CONFIG_LABEL: after}}
 
 
-def follow_and_report(module, ctx, ops, name, target, result):
+def step_or_fail(module, ctx, ops, name, target, plan, result, retrigger=False):
+    """The MIG step (node_step.run_step): label or re-trigger, follow, verify, clear the marker. MIG Manager's
+    success comes before the device plugin re-advertises, so a node whose allocatable and GFD labels never
+    match the plan is not reported as done; failures come back with the diagnostics."""
     params = module.params
-    followed = node_step.follow_state(ops, name, target, time.monotonic() + params["timeout"])
-    result.update(states=followed["states"], final_state=followed["final"], rebooted=followed["rebooted"])
-    if followed["final"] != "success":
+    step = node_step.run_step(ops, name, target, plan, params["timeout"], params["verify_timeout"],
+                              retrigger=retrigger)
+    if "unwedged" in step["trigger"]:
+        result["unwedged"] = step["trigger"]["unwedged"]
+    result.update(states=step["states"], final_state=step["final"], rebooted=step["rebooted"])
+    if step["final"] != "success":
         result["diagnostics"] = node_step.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
         module.fail_json(msg="node %s: MIG config %s ended %s (states seen: %s)" % (
-            name, target, followed["final"], ", ".join(followed["states"]) or "none"), **result)
-    return followed
+            name, target, step["final"], ", ".join(step["states"]) or "none"), **result)
+    result["mismatches"] = step["mismatches"]
+    if step["mismatches"]:
+        result["diagnostics"] = node_step.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
+        module.fail_json(msg="node %s: MIG Manager reported success for %s but %s" % (
+            name, target, "; ".join(step["mismatches"])), **result)
 
 
 def planned_or_fail(module, ctx, ops, name, target, result):
@@ -155,19 +163,6 @@ def planned_or_fail(module, ctx, ops, name, target, result):
     if plan["errors"]:
         module.fail_json(msg="; ".join(plan["errors"]), **dict(result, changed=False))
     return plan
-
-
-def verify_or_fail(module, ctx, ops, name, target, plan, result, followed):
-    """MIG Manager's success comes before the device plugin re-advertises (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go), so wait
-    until allocatable and GFD labels match the plan; a node that never does is not reported as done."""
-    params = module.params
-    problems = node_step.wait_verified(ops, name, plan["expected_resources"], plan["expected_gfd_labels"],
-                                      time.monotonic() + params["verify_timeout"], followed["node"])
-    result["mismatches"] = problems
-    if problems:
-        result["diagnostics"] = node_step.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
-        module.fail_json(msg="node %s: MIG Manager reported success for %s but %s" % (
-            name, target, "; ".join(problems)), **result)
 
 
 def act(module):
@@ -192,14 +187,7 @@ def act(module):
         result.update(changed=True, diff=_diff(before, target))
         if module.check_mode:
             module.exit_json(**result)
-        state = node_step.mig_state(node)
-        if state["config"] != target:
-            node_step.set_config_label(ops, node, target)
-        elif state["state"] in (None, "", "failed"):
-            node_step.unwedge(ops, name, target)
-        followed = follow_and_report(module, ctx, ops, name, target, result)
-        verify_or_fail(module, ctx, ops, name, target, plan, result, followed)
-        ops.patch_node(name, node_step.finish_annotations_patch())
+        step_or_fail(module, ctx, ops, name, target, plan, result)
         module.exit_json(**result)
     node = ops.get_node(name)
     current = labels_of(node).get(node_step.MIG_CONFIG_LABEL)
@@ -211,10 +199,10 @@ def act(module):
                 name, node_step.MIG_CONFIG_LABEL))
         result = dict(changed=True)
         plan = planned_or_fail(module, ctx, ops, name, target, result)
-        result["unwedged"] = node_step.unwedge(ops, name, target, module.check_mode)
-        if not module.check_mode:
-            followed = follow_and_report(module, ctx, ops, name, target, result)
-            verify_or_fail(module, ctx, ops, name, target, plan, result, followed)
+        if module.check_mode:
+            result["unwedged"] = node_step.unwedge(ops, name, target, check_mode=True)
+        else:
+            step_or_fail(module, ctx, ops, name, target, plan, result, retrigger=True)
         module.exit_json(**result)
     previous = node_step.previous_config(node)
     if not previous:
@@ -226,9 +214,7 @@ def act(module):
     plan = planned_or_fail(module, ctx, ops, name, previous, result)
     if module.check_mode:
         module.exit_json(**result)
-    node_step.set_config_label(ops, node, previous)
-    followed = follow_and_report(module, ctx, ops, name, previous, result)
-    verify_or_fail(module, ctx, ops, name, previous, plan, result, followed)
+    step_or_fail(module, ctx, ops, name, previous, plan, result)
     module.exit_json(**result)
 
 

@@ -19,9 +19,11 @@ def test_a_node_listed_twice_is_named(tmp_path):
     assert result["failed"] and result["msg"] == "nodes lists a node more than once: n1, n2"
 
 
-def test_release_needs_the_rows_of_the_apply(tmp_path):
-    result = run_module(tmp_path, "mig_rollout", nodes=["n1"], config="all-balanced", phase="release")
-    assert result["failed"] and result["msg"].startswith("phase=release needs rows")
+@pytest.mark.parametrize("value, text", [("0", "must be at least 1"), ("150%", "from 1% to 100%"),
+                                         ("a few", "must be a count")])
+def test_a_bad_max_unavailable_is_refused_naming_the_option(tmp_path, value, text):
+    result = run_module(tmp_path, "mig_rollout", nodes=["n1"], config="all-balanced", max_unavailable=value)
+    assert result["failed"] and result["msg"].startswith("max_unavailable ") and text in result["msg"]
 
 
 @pytest.mark.parametrize("option", ["drain_timeout", "apply_timeout", "verify_timeout"])
