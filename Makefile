@@ -38,7 +38,8 @@ $(COLLECTION_LINK):
 	@mkdir -p $(dir $@)
 	ln -sfn ../../.. $@
 
-lint: setup ## ansible-lint (production profile)
+lint: setup ## ruff (ruff.toml) and ansible-lint (production profile)
+	$(BIN)/ruff check .
 	$(BIN)/ansible-lint --profile production
 
 sanity: setup ## ansible-test sanity on a copy at ansible_collections/gpufleet/gpu_operator

@@ -9,4 +9,4 @@ bench-reconfigure: setup testbed-build gpusim-build ## rollout vs critical-path 
 	mkdir -p build && $(BIN)/python tests/benchmarks/bench_reconfigure.py $(BENCH_RECONFIGURE_ARGS) --out build/bench-reconfigure.json
 
 reconfigure-test: setup testbed-build gpusim-build ## unit + integration tests of the reconfiguration only
-	$(BIN)/python -m pytest tests/unit/reconfigure tests/integration/reconfigure -q
+	$(BIN)/python -m pytest tests/unit/plugins/module_utils/reconfigure tests/integration/reconfigure -q

@@ -138,12 +138,16 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report impor
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
     AUTH_PARAM_NAMES,
     HAS_KUBERNETES,
-    ApiException,
     KubeAuthError,
-    api_error_message,
     get_api_client,
+    last_call,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import (
+    describe_error,
+    is_kube_error,
+    server_of,
+)
 
 HOSTVAR_PREFIX = "gpu_"
 
@@ -190,18 +194,19 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             raise AnsibleError("%s needs the kubernetes Python client (pip install kubernetes)" % self.NAME)
         params = dict((name, self._auth_option(name)) for name in AUTH_PARAM_NAMES)
         selector = self.get_option("label_selector")
+        server = server_of(params.get("host"))
         try:
             api_client = get_api_client(params)
+            server = server_of(api_client.configuration.host) or server
             listing = KubeOps(api_client).list_nodes(label_selector=selector or None)
         except KubeAuthError as exc:
             raise AnsibleParserError("%s (inventory source %s)" % (exc, path))
-        except ApiException as exc:
-            raise AnsibleParserError(
-                "cannot list nodes (label_selector=%r) for inventory source %s: %s"
-                % (selector, path, api_error_message(exc))
-            )
-        except Exception as exc:  # urllib3 connection errors carry the API URL; say which source failed
-            raise AnsibleParserError("cannot reach the Kubernetes API for inventory source %s: %s" % (path, exc))
+        except Exception as exc:  # pylint: disable=broad-except
+            if not is_kube_error(exc):
+                raise
+            # One line naming the server and the call (label_selector=%r), never a traceback.
+            raise AnsibleParserError("inventory source %s: %s (label_selector=%r)" % (
+                path, describe_error(exc, server, last_call()), selector))
         include_cpu = self.get_option("include_cpu_nodes")
         nodes = []
         for node in listing.get("items") or []:

@@ -153,51 +153,15 @@ metrics_error:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    ApiException,
-    api_client_from_module,
-    api_error_message,
-)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import build as report
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import metrics as dcgm_metrics
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import render as report_render
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
 
 
-def main():
-    argument_spec = dict(
-        label_selector=dict(type="str"),
-        prometheus_url=dict(type="str"),
-        dcgm_endpoints=dict(type="list", elements="dict", options=dict(
-            url=dict(type="str", required=True), node=dict(type="str"))),
-        dcgm_discover=dict(type="bool", default=False),
-        dcgm_port=dict(type="int"),
-        window=dict(type="int", default=600),
-        idle_below=dict(type="float", default=0.05),
-        stuck_after=dict(type="int", default=900),
-        formats=dict(type="list", elements="str", choices=["table", "html"], default=["table"]),
-        metrics_timeout=dict(type="int", default=10),
-    )
-    argument_spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
-                           mutually_exclusive=[("prometheus_url", "dcgm_endpoints")])
+def read_metrics(module, pods):
+    """Samples, their source, and why metrics could not be read (the report is then built without them)."""
     params = module.params
-    if params["window"] <= 0 or params["stuck_after"] < 0 or not 0 <= params["idle_below"] <= 1:
-        module.fail_json(msg="window must be > 0, stuck_after >= 0 and idle_below within 0..1 (got %s, %s, %s)"
-                         % (params["window"], params["stuck_after"], params["idle_below"]))
-    api_client = api_client_from_module(module)
-    ops = KubeOps(api_client)
-    try:
-        nodes = ops.list_nodes(label_selector=params["label_selector"] or None).get("items") or []
-        pods = ops.list_pods().get("items") or []
-    except ApiException as exc:
-        module.fail_json(msg="cannot read nodes and pods: %s" % api_error_message(exc))
-    except Exception as exc:  # connection refused etc.: name what failed
-        module.fail_json(msg="cannot reach the Kubernetes API to read nodes and pods: %s" % exc)
-
     samples, source, metrics_error, scrape_errors = [], "none", None, []
     try:
         if params["prometheus_url"]:
@@ -223,7 +187,15 @@ def main():
         metrics_error = "; ".join(scrape_errors)
         module.warn("%s of the dcgm-exporter endpoints failed, their nodes have no metrics: %s"
                     % (len(scrape_errors), metrics_error))
+    return samples, source, metrics_error
 
+
+def fleet_report(module):
+    params = module.params
+    ops = module.ops()
+    nodes = ops.list_nodes(label_selector=params["label_selector"] or None).get("items") or []
+    pods = ops.list_pods().get("items") or []
+    samples, source, metrics_error = read_metrics(module, pods)
     built = report.build_report(
         nodes, pods, metrics=dcgm_metrics.pivot(samples), metrics_source=source,
         options={"idle_below": params["idle_below"], "stuck_after_s": params["stuck_after"],
@@ -235,7 +207,28 @@ def main():
         result["html"] = report_render.render_html(built)
     if metrics_error:
         result["metrics_error"] = metrics_error
-    module.exit_json(**result)
+    return result
+
+
+def main():
+    module = KubeModule(dict(
+        label_selector=dict(type="str"),
+        prometheus_url=dict(type="str"),
+        dcgm_endpoints=dict(type="list", elements="dict", options=dict(
+            url=dict(type="str", required=True), node=dict(type="str"))),
+        dcgm_discover=dict(type="bool", default=False),
+        dcgm_port=dict(type="int"),
+        window=dict(type="int", default=600),
+        idle_below=dict(type="float", default=0.05),
+        stuck_after=dict(type="int", default=900),
+        formats=dict(type="list", elements="str", choices=["table", "html"], default=["table"]),
+        metrics_timeout=dict(type="int", default=10),
+    ), supports_check_mode=True, mutually_exclusive=[("prometheus_url", "dcgm_endpoints")])
+    params = module.params
+    if params["window"] <= 0 or params["stuck_after"] < 0 or not 0 <= params["idle_below"] <= 1:
+        module.fail_json(msg="window must be > 0, stuck_after >= 0 and idle_below within 0..1 (got %s, %s, %s)"
+                         % (params["window"], params["stuck_after"], params["idle_below"]))
+    module.run(fleet_report)
 
 
 if __name__ == "__main__":

@@ -168,15 +168,7 @@ uncordon:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    ApiException,
-    api_client_from_module,
-    api_error_message,
-)
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.drain import (
     DrainError,
     NodeDrainer,
@@ -210,8 +202,25 @@ def run(module, drainer):
     return result
 
 
+def drain(module):
+    params = module.params
+    drainer = NodeDrainer(module.ops(), params["name"], pod_scope=params["pod_scope"],
+                          runtime_classes=params["gpu_runtime_classes"], force=params["force"],
+                          delete_emptydir_data=params["delete_emptydir_data"],
+                          disable_eviction=params["disable_eviction"], grace_period=params["grace_period"],
+                          retry_delay=params["retry_delay"])
+    started = time.monotonic()
+    try:
+        result = run(module, drainer)
+    except DrainError as exc:  # its result (evicted, cordoned, blockers...) comes back with the failure
+        exc.result.setdefault("changed", bool(exc.result.get("evicted")) or bool(exc.result.get("cordoned")))
+        raise
+    result["duration_s"] = round(time.monotonic() - started, 3)
+    return result
+
+
 def main():
-    argument_spec = dict(
+    module = KubeModule(dict(
         name=dict(type="str", required=True),
         state=dict(type="str", choices=["drained", "cordoned", "uncordoned"], default="drained"),
         pod_scope=dict(type="str", choices=["gpu", "all"], default="gpu"),
@@ -222,32 +231,13 @@ def main():
         grace_period=dict(type="int"),
         timeout=dict(type="int", default=300),
         retry_delay=dict(type="float", default=5.0),
-    )
-    argument_spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    ), supports_check_mode=True)
     params = module.params
     if params["timeout"] <= 0:
         module.fail_json(msg="timeout must be a positive number of seconds, got %s" % params["timeout"])
     if params["grace_period"] is not None and params["grace_period"] < 0:
         module.fail_json(msg="grace_period must be >= 0, got %s" % params["grace_period"])
-    ops = KubeOps(api_client_from_module(module))
-    drainer = NodeDrainer(ops, params["name"], pod_scope=params["pod_scope"],
-                          runtime_classes=params["gpu_runtime_classes"], force=params["force"],
-                          delete_emptydir_data=params["delete_emptydir_data"],
-                          disable_eviction=params["disable_eviction"], grace_period=params["grace_period"],
-                          retry_delay=params["retry_delay"])
-    started = time.monotonic()
-    try:
-        result = run(module, drainer)
-    except DrainError as exc:
-        result = dict(exc.result)
-        result.setdefault("node", params["name"])
-        result.setdefault("changed", bool(result.get("evicted")) or bool(result.get("cordoned")))
-        module.fail_json(msg=str(exc), **result)
-    except ApiException as exc:
-        module.fail_json(msg="node %s: %s" % (params["name"], api_error_message(exc)), node=params["name"])
-    result["duration_s"] = round(time.monotonic() - started, 3)
-    module.exit_json(**result)
+    module.run(drain, node=params["name"], result=dict(node=params["name"]))
 
 
 if __name__ == "__main__":

@@ -139,6 +139,9 @@ gpus:
           (NVML constant), C(slices), C(memory_slices), C(instance_count), C(multiprocessors), C(memory_mb),
           C(copy_engines), C(decoders), C(encoders), C(jpegs), C(ofas), C(p2p), C(placements) (list of
           C(start)/C(size)) and C(remaining) (instances that can still be created).
+        - On GPUs whose NVML instance counts are known to be wrong (A30, as mig-parted hard-codes its table),
+          C(instance_count) comes from the built-in catalog; NVML's figure is kept as C(nvml_instance_count)
+          and C(instance_count_source) is C(catalog).
       type: list
       elements: dict
     instances:

@@ -85,14 +85,8 @@ problems:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    ApiException,
-    api_client_from_module,
-    api_error_message,
-)
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.node import validate_node
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import list_operand_pods, read_cluster_policy
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import (
@@ -101,32 +95,18 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.sta
 )
 
 
-def main():
-    argument_spec = dict(
-        nodes=dict(type="list", elements="dict", required=True, options=dict(
-            name=dict(type="str", required=True),
-            hardware=dict(type="dict"),
-            hardware_error=dict(type="str"),
-        )),
-        namespace=dict(type="str", default="gpu-operator"),
-        fail_on_problems=dict(type="bool", default=False),
-    )
-    argument_spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    api_client = api_client_from_module(module)
-    ops = KubeOps(api_client)
-    try:
-        policy = read_cluster_policy(api_client)
-        pods = list_operand_pods(api_client, module.params["namespace"])
-        nodes = {}
-        for entry in module.params["nodes"]:
-            try:
-                nodes[entry["name"]] = ops.get_node(entry["name"])
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-    except ApiException as exc:
-        module.fail_json(msg="cannot read the cluster: %s" % api_error_message(exc))
+def validate(module):
+    api_client = module.api_client
+    ops = module.ops()
+    policy = read_cluster_policy(api_client)
+    pods = list_operand_pods(api_client, module.params["namespace"])
+    nodes = {}
+    for entry in module.params["nodes"]:
+        try:
+            nodes[entry["name"]] = ops.get_node(entry["name"])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
     strategy = (((policy or {}).get("spec") or {}).get("mig") or {}).get("strategy") or "none"
     operands = enabled_operands(policy) if policy else []
     results, problems = {}, []
@@ -151,7 +131,20 @@ def main():
     outcome = dict(strategy=strategy, nodes=results, problems=problems, smoke_targets=smoke_targets)
     if problems and module.params["fail_on_problems"]:
         module.fail_json(msg="GPU node validation failed: " + "; ".join(problems), **outcome)
-    module.exit_json(changed=False, **outcome)
+    return dict(changed=False, **outcome)
+
+
+def main():
+    module = KubeModule(dict(
+        nodes=dict(type="list", elements="dict", required=True, options=dict(
+            name=dict(type="str", required=True),
+            hardware=dict(type="dict"),
+            hardware_error=dict(type="str"),
+        )),
+        namespace=dict(type="str", default="gpu-operator"),
+        fail_on_problems=dict(type="bool", default=False),
+    ), supports_check_mode=True)
+    module.run(validate, node=[entry["name"] for entry in module.params["nodes"]])
 
 
 if __name__ == "__main__":

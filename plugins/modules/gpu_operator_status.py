@@ -94,15 +94,9 @@ elapsed:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    ApiException,
-    api_client_from_module,
-    api_error_message,
-)
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import list_operand_pods, read_cluster_policy
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import assess
 
 
@@ -112,24 +106,11 @@ def read_state(api_client, namespace):
     return policy, nodes, list_operand_pods(api_client, namespace)
 
 
-def main():
-    argument_spec = dict(
-        namespace=dict(type="str", default="gpu-operator"),
-        nodes=dict(type="list", elements="str"),
-        wait=dict(type="bool", default=False),
-        timeout=dict(type="int", default=600),
-        poll_interval=dict(type="int", default=3),
-    )
-    argument_spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    api_client = api_client_from_module(module)
+def status(module):
     started = time.monotonic()
     deadline = started + max(module.params["timeout"], 0)
     while True:
-        try:
-            policy, nodes, pods = read_state(api_client, module.params["namespace"])
-        except ApiException as exc:
-            module.fail_json(msg="cannot read GPU Operator state: %s" % api_error_message(exc))
+        policy, nodes, pods = read_state(module.api_client, module.params["namespace"])
         result = assess(policy, nodes, pods, module.params["nodes"])
         if result["ready"] or not module.params["wait"] or time.monotonic() >= deadline:
             break
@@ -139,7 +120,18 @@ def main():
         module.fail_json(
             msg="GPU Operator not ready after %ss: %s" % (module.params["timeout"], "; ".join(result["not_ready"])),
             changed=False, **result)
-    module.exit_json(changed=False, **result)
+    return dict(changed=False, **result)
+
+
+def main():
+    module = KubeModule(dict(
+        namespace=dict(type="str", default="gpu-operator"),
+        nodes=dict(type="list", elements="str"),
+        wait=dict(type="bool", default=False),
+        timeout=dict(type="int", default=600),
+        poll_interval=dict(type="int", default=3),
+    ), supports_check_mode=True)
+    module.run(status)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,10 @@ options:
     description: Key of O(device_plugin_config) used on nodes without a C(nvidia.com/device-plugin.config) label.
     type: str
   extra_values:
-    description: Further chart values, merged last. Keys the dedicated options own must not disagree with them.
+    description:
+      - Further chart values, merged last. Keys the dedicated options own must not disagree with them.
+      - Top-level keys must be those of the chart's C(values.yaml) (v26.7.0, for example C(draDriver) and
+        C(extraObjects)); C(operator.defaultRuntime) is accepted with a warning, as the chart ignores it.
     type: dict
     default: {}
   gpu_models:
@@ -134,6 +137,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.val
     cluster_policy_patch,
     configmaps,
     settings_problems,
+    settings_warnings,
     single_strategy_warnings,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.config_check import mig_config_findings
@@ -184,7 +188,7 @@ def main():
     if settings["mig_config"] is not None and not settings["gpu_models"]:
         module.warn("no GPU models known (set gpu_model per GPU host or gpu_operator_gpu_models): "
                     "mig_config was checked for syntax only, not against the fleet's GPUs")
-    for warning in single_strategy_warnings(settings, mixed_configs):
+    for warning in settings_warnings(settings) + single_strategy_warnings(settings, mixed_configs):
         module.warn(warning)
     module.exit_json(
         changed=False,

@@ -103,14 +103,9 @@ failed_checks:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    ApiException,
-    api_client_from_module,
-    api_error_message,
-)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.smoke import (
     check_output,
     pending_reason,
@@ -204,8 +199,32 @@ class SmokeRun(object):
         return self.result(plan, problem is None, output, problem)
 
 
+def smoke_plans(module):
+    """One pod per target node and resource; a resource that is no GPU resource fails before any change."""
+    params, plans = module.params, []
+    for target in params["targets"]:
+        for resource in target["resources"] or ["nvidia.com/gpu"]:
+            if resource != "nvidia.com/gpu" and not resource.startswith("nvidia.com/mig-"):
+                module.fail_json(msg="node %s: %r is not nvidia.com/gpu or a nvidia.com/mig-<profile> resource" % (target["node"], resource))
+            plans.append({"node": target["node"], "resource": resource, "product": target.get("product"),
+                          "manifest": pod_manifest(target["node"], resource, params["namespace"], params["image"],
+                                                   params["command"], params["runtime_class_name"])})
+    return plans
+
+
+def smoke(module):
+    plans = smoke_plans(module)
+    if module.check_mode:
+        return dict(changed=False, failed_checks=[], results=[
+            {"node": p["node"], "resource": p["resource"], "pod": p["manifest"]["metadata"]["name"], "ok": None,
+             "output": "", "problem": "not run in check mode"} for p in plans])
+    results = SmokeRun(module, module.api_client).run(plans)
+    failed = ["%s: %s: %s" % (r["node"], r["resource"], r["problem"]) for r in results if not r["ok"]]
+    return dict(changed=False, results=results, failed_checks=failed)
+
+
 def main():
-    argument_spec = dict(
+    module = KubeModule(dict(
         targets=dict(type="list", elements="dict", required=True, options=dict(
             node=dict(type="str", required=True),
             resources=dict(type="list", elements="str", default=["nvidia.com/gpu"]),
@@ -217,28 +236,8 @@ def main():
         command=dict(type="list", elements="str", default=["nvidia-smi", "-L"]),
         runtime_class_name=dict(type="str"),
         timeout=dict(type="int", default=300),
-    )
-    argument_spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    plans = []
-    for target in module.params["targets"]:
-        for resource in target["resources"] or ["nvidia.com/gpu"]:
-            if resource != "nvidia.com/gpu" and not resource.startswith("nvidia.com/mig-"):
-                module.fail_json(msg="node %s: %r is not nvidia.com/gpu or a nvidia.com/mig-<profile> resource" % (target["node"], resource))
-            plans.append({"node": target["node"], "resource": resource, "product": target.get("product"),
-                          "manifest": pod_manifest(target["node"], resource, module.params["namespace"], module.params["image"],
-                                                   module.params["command"], module.params["runtime_class_name"])})
-    if module.check_mode:
-        module.exit_json(changed=False, failed_checks=[], results=[
-            {"node": p["node"], "resource": p["resource"], "pod": p["manifest"]["metadata"]["name"], "ok": None,
-             "output": "", "problem": "not run in check mode"} for p in plans])
-    runner = SmokeRun(module, api_client_from_module(module))
-    try:
-        results = runner.run(plans)
-    except ApiException as exc:
-        module.fail_json(msg="smoke test in namespace %s failed: %s" % (module.params["namespace"], api_error_message(exc)))
-    failed = ["%s: %s: %s" % (r["node"], r["resource"], r["problem"]) for r in results if not r["ok"]]
-    module.exit_json(changed=False, results=results, failed_checks=failed)
+    ), supports_check_mode=True)
+    module.run(smoke, node=sorted(set(target["node"] for target in module.params["targets"])))
 
 
 if __name__ == "__main__":

@@ -107,6 +107,12 @@ reset_required_gpus:
   returned: success
   type: list
   elements: int
+mismatches:
+  description:
+    - GPUs whose NVML state after applying is not the plan's target (C(index), C(current), C(target), C(text)).
+  returned: when the check after applying failed
+  type: list
+  elements: dict
 holders:
   description: Processes using GPUs the plan changes (C(gpu), C(pid), C(name), C(gpu_instance_id)).
   returned: when processes were found
@@ -121,6 +127,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.nvml import apply as nvml_apply
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.nvml import session as nvml
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import plan as planner
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import verify as mig_verify
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
 
 
@@ -130,25 +137,6 @@ def _config(params):
         with open(config) as handle:
             return handle.read(), source or config
     return config, source or ("the given config" if config is not None else None)
-
-
-def _planned_actions(plan):
-    actions = []
-    for entry in plan["gpus"]:
-        if not entry["changed"]:
-            continue
-        index = entry["index"]
-        if entry["mode_write_required"] and entry["mig_enabled"]:
-            actions.append("GPU %d: MIG mode on requested" % index)
-        if entry["reset_pending"]:
-            actions.append("GPU %d: MIG mode %s waits for a GPU reset or reboot" % (index, "on" if entry["mig_enabled"] else "off"))
-        for item in entry["destroy"]:
-            actions.append("GPU %d: destroyed %s at %d:%d" % (index, item["profile"], item["start"], item["size"]))
-        if entry["mode_write_required"] and not entry["mig_enabled"]:
-            actions.append("GPU %d: MIG mode off requested" % index)
-        for item in entry["create"]:
-            actions.append("GPU %d: created %s at %d:%d" % (index, item["profile"], item["start"], item["size"]))
-    return actions
 
 
 def _holder_text(found):
@@ -191,7 +179,7 @@ def main():
                 result["diff"] = planner.plan_diff(plan)
             pending = [e["index"] for e in plan["gpus"] if e["reset_pending"]]
             if not plan["changed"] or module.check_mode:
-                result["actions"] = _planned_actions(plan)
+                result["actions"] = nvml_apply.planned_actions(plan)
                 result["reset_required"] = bool(pending)
                 result["reset_required_gpus"] = pending
                 module.exit_json(**result)
@@ -218,18 +206,13 @@ def main():
                 module.warn("GPUs %s: the MIG mode change is pending until the GPU is reset (nvidia-smi -r) or the "
                             "host reboots; their instances are created by the next run after that"
                             % applied["reset_required"])
-            # Verify what NVML now reports against the target.
-            for entry in plan["gpus"]:
-                if applied["states"].get(entry["index"]) != "new":
-                    continue
-                now = session.read_gpu(entry["index"], processes=False)
-                counts = {}
-                for instance in now["instances"]:
-                    counts[instance["profile"]] = counts.get(instance["profile"], 0) + 1
-                if now["mig"]["current"] != entry["mig_enabled"] or counts != entry["target"]:
-                    module.fail_json(msg="GPU %d: after applying, NVML reports MIG %s with %s, not the planned %s"
-                                         % (entry["index"], "on" if now["mig"]["current"] else "off", counts or "{}",
-                                            entry["target"] or "{}"), **result)
+            # Verify what NVML now reports against the target (the same comparison as the rollout's hardware check).
+            applied_new = [i for i, state in applied["states"].items() if state == "new"]
+            now = {"gpus": [session.read_gpu(i, processes=False) for i in applied_new]}
+            problems = mig_verify.mismatches(now, plan, indices=applied_new)
+            if problems:
+                module.fail_json(msg="after applying, NVML disagrees with the plan: %s"
+                                     % "; ".join(p["text"] for p in problems), mismatches=problems, **result)
     except PlanningError as exc:
         module.fail_json(msg="%s; nothing changed" % exc)
     except nvml.NvmlError as exc:

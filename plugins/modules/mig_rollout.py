@@ -27,7 +27,10 @@ description:
     themselves with the target and uncordons - or leaves the node cordoned and failed when they disagree.
   - A node that fails stays cordoned, with diagnostics (MIG Manager logs, operands left paused, pods still
     holding GPUs). Nodes already at the target are skipped; half-done nodes are finished.
-  - Used by the C(gpufleet.gpu_operator.mig_reconfigure) role, which runs the canary and the batches.
+  - O(phase=plan) also cuts the nodes to change into the canary and the batches (RV(batches)), sized by
+    O(max_unavailable).
+  - Used by the C(gpufleet.gpu_operator.mig_reconfigure) role, which runs the canary and the batches under a Lease
+    that M(gpufleet.gpu_operator.mig_rollout_lock) takes and releases; each step here only renews it.
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -48,14 +51,25 @@ options:
     choices: [plan, apply, release]
     default: apply
   max_unavailable:
-    description: With O(phase=apply), how many nodes may be in progress (cordoned) at once; all of O(nodes) when omitted.
-    type: int
+    description:
+      - How many nodes may be in progress (cordoned) at once - a count (V(2)) or a percentage of O(nodes), rounded up
+        to at least one node (V(25%)); all of O(nodes) when omitted.
+      - With O(phase=apply), the sliding window; with O(phase=plan), the size of the RV(batches).
+    type: raw
+  canary:
+    description: With O(phase=plan), whether RV(batches) starts with the first node to change alone.
+    type: bool
+    default: true
   hold_cordon:
     description: With O(phase=apply), leave verified nodes cordoned for O(phase=release) (hardware check before uncordon).
     type: bool
     default: false
   rows:
-    description: With O(phase=release), the O(rows) an apply with O(hold_cordon=true) returned.
+    description:
+      - With O(phase=release), the O(rows) an apply with O(hold_cordon=true) returned.
+      - When omitted, the nodes of O(nodes) held are found from the cluster (cordoned by the rollout, the
+        C(gpufleet.io/mig-target-config) marker at O(config), MIG Manager at success, allocatable and GFD labels
+        matching the plan); the others are left alone.
     type: list
     elements: dict
   operator_namespace:
@@ -117,6 +131,9 @@ options:
   lock:
     description:
       - The rollout Lease (see M(gpufleet.gpu_operator.mig_rollout_lock)), renewed while the nodes run.
+      - The C(gpufleet.gpu_operator.mig_reconfigure) role takes and releases it with
+        M(gpufleet.gpu_operator.mig_rollout_lock) and passes only what renewal needs; O(lock.take) and
+        O(lock.release) remain for playbooks that call this module alone.
       - With O(lock.take=true) this call takes it first (a rollout's first call; saves a module run), and a live
         Lease of another holder stops it before any node is touched.
     type: dict
@@ -226,6 +243,28 @@ capacity_warnings:
   returned: phase=plan or check mode
   type: list
   elements: str
+batches:
+  description:
+    - The nodes to change (not at the target), in the order given, as the steps of a rollout - the canary alone
+      (with O(canary=true)), then the rest as one step run in a sliding window of RV(window) nodes, or, when
+      O(hardware) covers a node to change, in batches of RV(window) nodes held cordoned until their hardware is read.
+  returned: phase=plan or check mode
+  type: list
+  elements: list
+  sample: [["gpu-node-1"], ["gpu-node-2", "gpu-node-3"]]
+window:
+  description: O(max_unavailable) as a number of nodes.
+  returned: phase=plan or check mode
+  type: int
+hold_cordon:
+  description: Whether the batches should be applied with O(hold_cordon=true) (hardware facts cover a node to change).
+  returned: phase=plan or check mode
+  type: bool
+held_nodes:
+  description: With O(hold_cordon=true), the nodes verified and left cordoned for O(phase=release).
+  returned: phase=apply or release, not check mode
+  type: list
+  elements: str
 rows:
   description: Per node result - node, model, before, after, evicted, duration_s, result
     (reconfigured, verified, unchanged, failed, invalid, not started), message, states, timings (drain_s, apply_s, verify_s),
@@ -265,18 +304,10 @@ api_requests:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    ApiException,
-    KubeAuthError,
-    api_error_message,
-    get_api_client,
-    require_kubernetes,
-)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, RequestCounter
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import capacity, rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, capacity, rollout
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
     LeaseRenewer,
     LockHeld,
@@ -288,12 +319,106 @@ OPTION_KEYS = ("operator_namespace", "strategy", "pod_scope", "force", "delete_e
                "rollback_on_failure")
 
 
+def roll(module):
+    params = module.params
+    nodes = [n for n in params["nodes"] if n]
+    window = len(nodes)
+    if params["max_unavailable"] is not None:
+        window = batches.batch_size(params["max_unavailable"], len(nodes))  # checked in main()
+    counter = RequestCounter()
+
+    def ops_factory():
+        # One ApiClient per worker thread: each holds its own connection pool for its watches.
+        return KubeOps(module.new_api_client(), counter)
+
+    started = time.monotonic()
+    try:
+        ctx = rollout.Context(ops_factory, dict((k, params[k]) for k in OPTION_KEYS))
+        hardware = params["hardware"] or {}
+        if params["phase"] == "plan" or module.check_mode:
+            plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
+            to_change = [p["node"] for p in plans if not p.get("at_target")]
+            hold = any(n in hardware for n in to_change)
+            result = dict(changed=False, plan=plans, plan_table=rollout.plan_table(plans),
+                          invalid_nodes=[p["node"] for p in plans if p["errors"]], capacity_warnings=[],
+                          batches=batches.cut(to_change, window, canary=params["canary"], hold=hold),
+                          window=window, hold_cordon=hold)
+            if not result["invalid_nodes"] and any(p.get("pods_to_evict") for p in plans):
+                result["capacity_warnings"] = capacity.eviction_warnings(
+                    plans, ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or [])
+                for warning in result["capacity_warnings"]:
+                    module.warn(warning)
+            if module.check_mode and params["phase"] == "apply":
+                result["changed"] = any(not p.get("at_target") for p in plans)
+            elif module.check_mode and params["phase"] == "release":
+                result["changed"] = any(r.get("result") == "verified" and r.get("node") in nodes
+                                        for r in (params["rows"] if params["rows"] is not None else
+                                                  rollout.held_rows(ctx, ctx.ops, nodes, params["config"])))
+            result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
+            module.exit_json(**result)
+        renewer = None
+        lock_released = lock_taken = None
+        if params["lock"]:
+            lock = params["lock"]
+            rollout_lock = RolloutLock(ctx.ops.custom, lock["namespace"], lock["name"], lock["holder"],
+                                       lock["duration"], counter=counter, description=lock["description"])
+            if lock["take"]:
+                lock_taken = rollout_lock.acquire(break_lock=lock["break_lock"])[1]
+            renewer = LeaseRenewer(rollout_lock)
+            renewer.__enter__()
+        try:
+            if params["phase"] == "release":
+                if params["rows"] is None:  # the held nodes, from the cluster
+                    rows = rollout.release_held(ctx, nodes, params["config"], hardware)
+                else:
+                    held = [r for r in params["rows"] if r.get("node") in nodes]
+                    rows = rollout.release_all(ctx, held, params["config"], hardware)
+                plans = []
+            else:
+                rows, plans = rollout.run_rollout(ctx, nodes, params["config"], hardware,
+                                                  window=window, hold_cordon=params["hold_cordon"])
+        finally:
+            if renewer is not None:
+                renewer.__exit__(None, None, None)
+                if params["lock"]["release"]:
+                    try:
+                        lock_released = renewer.lock.release()[1]
+                    except ApiException as exc:  # the rows matter more; the role releases it again
+                        lock_released = "not released: %s" % api_error_message(exc)
+    except LockHeld as exc:
+        module.fail_json(msg="nodes %s not started, nothing was changed: %s" % (", ".join(nodes), exc),
+                         lock_holder=exc.lease.get("holder"), api_requests=dict(total=counter.total,
+                                                                                by_verb=counter.by_verb))
+    result = dict(
+        changed=any(r["result"] in ("reconfigured", "verified", "failed") or r.get("evicted") for r in rows),
+        plan=plans, plan_table=rollout.plan_table(plans),
+        invalid_nodes=[p["node"] for p in plans if p["errors"]],
+        rows=rows, summary_table=rollout.summary_table(rows),
+        failed_nodes=[r["node"] for r in rows if r["result"] in ("failed", "invalid", "not started")],
+        held_nodes=[r["node"] for r in rows if r["result"] == "verified"],
+        api_requests=dict(total=counter.total, by_verb=counter.by_verb,
+                          per_node=round(counter.total / float(len(nodes)), 1)),
+        duration_s=round(time.monotonic() - started, 3),
+    )
+    if renewer is not None and renewer.error:
+        result["lock_error"] = renewer.error
+    if lock_taken is not None:
+        result["lock_taken"] = lock_taken
+    if lock_released is not None:
+        result["lock_released"] = lock_released
+    if result["failed_nodes"]:
+        module.fail_json(msg="MIG rollout of %s halted: %s" % (params["config"], " | ".join(
+            r["message"] for r in rows if r["result"] in ("failed", "invalid"))), **result)
+    module.exit_json(**result)
+
+
 def main():
-    argument_spec = dict(
+    module = KubeModule(dict(
         nodes=dict(type="list", elements="str", required=True),
         config=dict(type="str", required=True),
         phase=dict(type="str", choices=["plan", "apply", "release"], default="apply"),
-        max_unavailable=dict(type="int"),
+        max_unavailable=dict(type="raw"),
+        canary=dict(type="bool", default=True),
         hold_cordon=dict(type="bool", default=False),
         rows=dict(type="list", elements="dict"),
         operator_namespace=dict(type="str", default="gpu-operator"),
@@ -319,10 +444,7 @@ def main():
             description=dict(type="str", default=""),
             release=dict(type="bool", default=False),
         )),
-    )
-    argument_spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    require_kubernetes(module)
+    ), supports_check_mode=True)
     params = module.params
     if not (params["config"] or "").strip():
         module.fail_json(msg="config is empty: name the MIG config to roll out (e.g. all-balanced)")
@@ -332,92 +454,15 @@ def main():
     if len(set(nodes)) != len(nodes):
         module.fail_json(msg="nodes lists a node more than once: %s" % ", ".join(sorted(set(
             n for n in nodes if nodes.count(n) > 1))))
-    if params["max_unavailable"] is not None and params["max_unavailable"] < 1:
-        module.fail_json(msg="max_unavailable must be at least 1, got %s" % params["max_unavailable"])
-    if params["phase"] == "release" and params["rows"] is None:
-        module.fail_json(msg="phase=release needs rows: the rows of the apply that held the nodes cordoned")
+    if params["max_unavailable"] is not None:
+        try:
+            batches.batch_size(params["max_unavailable"], len(nodes))
+        except batches.BatchError as exc:
+            module.fail_json(msg=str(exc))
     for key in ("drain_timeout", "apply_timeout", "verify_timeout"):
         if params[key] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, params[key]))
-    counter = RequestCounter()
-
-    def ops_factory():
-        # One ApiClient per worker thread: each holds its own connection pool for its watches.
-        return KubeOps(get_api_client(params), counter)
-
-    started = time.monotonic()
-    try:
-        ctx = rollout.Context(ops_factory, dict((k, params[k]) for k in OPTION_KEYS))
-        hardware = params["hardware"] or {}
-        if params["phase"] == "plan" or module.check_mode:
-            plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
-            result = dict(changed=False, plan=plans, plan_table=rollout.plan_table(plans),
-                          invalid_nodes=[p["node"] for p in plans if p["errors"]], capacity_warnings=[])
-            if not result["invalid_nodes"] and any(p.get("pods_to_evict") for p in plans):
-                result["capacity_warnings"] = capacity.eviction_warnings(
-                    plans, ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or [])
-                for warning in result["capacity_warnings"]:
-                    module.warn(warning)
-            if module.check_mode and params["phase"] == "apply":
-                result["changed"] = any(not p.get("at_target") for p in plans)
-            elif module.check_mode and params["phase"] == "release":
-                result["changed"] = any(r.get("result") == "verified" and r.get("node") in nodes
-                                        for r in params["rows"])
-            result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
-            module.exit_json(**result)
-        renewer = None
-        lock_released = lock_taken = None
-        if params["lock"]:
-            lock = params["lock"]
-            rollout_lock = RolloutLock(ctx.ops.custom, lock["namespace"], lock["name"], lock["holder"],
-                                       lock["duration"], counter=counter, description=lock["description"])
-            if lock["take"]:
-                lock_taken = rollout_lock.acquire(break_lock=lock["break_lock"])[1]
-            renewer = LeaseRenewer(rollout_lock)
-            renewer.__enter__()
-        try:
-            if params["phase"] == "release":
-                held = [r for r in params["rows"] if r.get("node") in nodes]
-                rows, plans = rollout.release_all(ctx, held, params["config"], hardware), []
-            else:
-                rows, plans = rollout.run_rollout(ctx, nodes, params["config"], hardware,
-                                                  window=params["max_unavailable"], hold_cordon=params["hold_cordon"])
-        finally:
-            if renewer is not None:
-                renewer.__exit__(None, None, None)
-                if params["lock"]["release"]:
-                    try:
-                        lock_released = renewer.lock.release()[1]
-                    except ApiException as exc:  # the rows matter more; the role releases it again
-                        lock_released = "not released: %s" % api_error_message(exc)
-    except KubeAuthError as exc:
-        module.fail_json(msg=str(exc))
-    except LockHeld as exc:
-        module.fail_json(msg="nodes %s not started, nothing was changed: %s" % (", ".join(nodes), exc),
-                         lock_holder=exc.lease.get("holder"), api_requests=dict(total=counter.total,
-                                                                                by_verb=counter.by_verb))
-    except ApiException as exc:
-        module.fail_json(msg="nodes %s: %s" % (", ".join(nodes), api_error_message(exc)))
-    result = dict(
-        changed=any(r["result"] in ("reconfigured", "verified", "failed") or r.get("evicted") for r in rows),
-        plan=plans, plan_table=rollout.plan_table(plans),
-        invalid_nodes=[p["node"] for p in plans if p["errors"]],
-        rows=rows, summary_table=rollout.summary_table(rows),
-        failed_nodes=[r["node"] for r in rows if r["result"] in ("failed", "invalid", "not started")],
-        api_requests=dict(total=counter.total, by_verb=counter.by_verb,
-                          per_node=round(counter.total / float(len(nodes)), 1)),
-        duration_s=round(time.monotonic() - started, 3),
-    )
-    if renewer is not None and renewer.error:
-        result["lock_error"] = renewer.error
-    if lock_taken is not None:
-        result["lock_taken"] = lock_taken
-    if lock_released is not None:
-        result["lock_released"] = lock_released
-    if result["failed_nodes"]:
-        module.fail_json(msg="MIG rollout of %s halted: %s" % (params["config"], " | ".join(
-            r["message"] for r in rows if r["result"] in ("failed", "invalid"))), **result)
-    module.exit_json(**result)
+    module.run(roll, node=nodes)
 
 
 if __name__ == "__main__":

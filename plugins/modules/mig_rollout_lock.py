@@ -85,20 +85,26 @@ outcome:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    ApiException,
-    api_client_from_module,
-    api_error_message,
-)
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import LockHeld, RolloutLock
 
 
+def take_or_release(module):
+    params = module.params
+    lock = RolloutLock(module.ops().custom, params["namespace"], params["name"], params["holder"], params["duration"],
+                       description=params["description"])
+    try:
+        if params["state"] == "absent":
+            changed, outcome = lock.release(check_mode=module.check_mode)
+            return dict(changed=changed, outcome=outcome)
+        changed, view = lock.acquire(break_lock=params["break_lock"], check_mode=module.check_mode)
+        return dict(changed=changed, lease=view)
+    except LockHeld as exc:
+        module.fail_json(msg=str(exc), lease=exc.lease)
+
+
 def main():
-    argument_spec = dict(
+    module = KubeModule(dict(
         state=dict(type="str", choices=["present", "absent"], default="present"),
         namespace=dict(type="str", default="gpu-operator"),
         name=dict(type="str", default="gpufleet-mig-rollout"),
@@ -106,25 +112,10 @@ def main():
         duration=dict(type="int", default=120),
         description=dict(type="str", default=""),
         break_lock=dict(type="bool", default=False),
-    )
-    argument_spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    params = module.params
-    if params["duration"] < 10:
-        module.fail_json(msg="duration must be at least 10 seconds, got %s" % params["duration"])
-    ops = KubeOps(api_client_from_module(module))
-    lock = RolloutLock(ops.custom, params["namespace"], params["name"], params["holder"], params["duration"],
-                       description=params["description"])
-    try:
-        if params["state"] == "absent":
-            changed, outcome = lock.release(check_mode=module.check_mode)
-            module.exit_json(changed=changed, outcome=outcome)
-        changed, view = lock.acquire(break_lock=params["break_lock"], check_mode=module.check_mode)
-        module.exit_json(changed=changed, lease=view)
-    except LockHeld as exc:
-        module.fail_json(msg=str(exc), lease=exc.lease)
-    except ApiException as exc:
-        module.fail_json(msg="lease %s/%s: %s" % (params["namespace"], params["name"], api_error_message(exc)))
+    ), supports_check_mode=True)
+    if module.params["duration"] < 10:
+        module.fail_json(msg="duration must be at least 10 seconds, got %s" % module.params["duration"])
+    module.run(take_or_release)
 
 
 if __name__ == "__main__":

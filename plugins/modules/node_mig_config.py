@@ -126,19 +126,8 @@ unwedged:
   type: dict
 """
 
-import time
-
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    ApiException,
-    KubeAuthError,
-    api_error_message,
-    get_api_client,
-    require_kubernetes,
-)
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, labels_of
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step, rollout
 
 
@@ -146,15 +135,25 @@ def _diff(before, after):
     return {"before": {node_step.MIG_CONFIG_LABEL: before}, "after": {node_step.MIG_CONFIG_LABEL: after}}
 
 
-def follow_and_report(module, ctx, ops, name, target, result):
+def step_or_fail(module, ctx, ops, name, target, plan, result, retrigger=False):
+    """The MIG step (node_step.run_step): label or re-trigger, follow, verify, clear the marker. MIG Manager's
+    success comes before the device plugin re-advertises, so a node whose allocatable and GFD labels never
+    match the plan is not reported as done; failures come back with the diagnostics."""
     params = module.params
-    followed = node_step.follow_state(ops, name, target, time.monotonic() + params["timeout"])
-    result.update(states=followed["states"], final_state=followed["final"], rebooted=followed["rebooted"])
-    if followed["final"] != "success":
+    step = node_step.run_step(ops, name, target, plan, params["timeout"], params["verify_timeout"],
+                              retrigger=retrigger)
+    if "unwedged" in step["trigger"]:
+        result["unwedged"] = step["trigger"]["unwedged"]
+    result.update(states=step["states"], final_state=step["final"], rebooted=step["rebooted"])
+    if step["final"] != "success":
         result["diagnostics"] = node_step.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
         module.fail_json(msg="node %s: MIG config %s ended %s (states seen: %s)" % (
-            name, target, followed["final"], ", ".join(followed["states"]) or "none"), **result)
-    return followed
+            name, target, step["final"], ", ".join(step["states"]) or "none"), **result)
+    result["mismatches"] = step["mismatches"]
+    if step["mismatches"]:
+        result["diagnostics"] = node_step.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
+        module.fail_json(msg="node %s: MIG Manager reported success for %s but %s" % (
+            name, target, "; ".join(step["mismatches"])), **result)
 
 
 def planned_or_fail(module, ctx, ops, name, target, result):
@@ -166,21 +165,61 @@ def planned_or_fail(module, ctx, ops, name, target, result):
     return plan
 
 
-def verify_or_fail(module, ctx, ops, name, target, plan, result, followed):
-    """MIG Manager's success comes before the device plugin re-advertises (reference §3.6 step 15), so wait
-    until allocatable and GFD labels match the plan; a node that never does is not reported as done."""
+def act(module):
     params = module.params
-    problems = node_step.wait_verified(ops, name, plan["expected_resources"], plan["expected_gfd_labels"],
-                                      time.monotonic() + params["verify_timeout"], followed["node"])
-    result["mismatches"] = problems
-    if problems:
-        result["diagnostics"] = node_step.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
-        module.fail_json(msg="node %s: MIG Manager reported success for %s but %s" % (
-            name, target, "; ".join(problems)), **result)
+    name, action, target = params["name"], params["action"], params["config"]
+    ctx = rollout.Context(lambda: KubeOps(module.new_api_client()), {
+        "operator_namespace": params["operator_namespace"], "strategy": params["strategy"],
+        "apply_timeout": params["timeout"], "log_lines": params["log_lines"]})
+    ops = ctx.ops
+    if action == "diagnose":
+        module.exit_json(changed=False, diagnostics=node_step.collect_diagnostics(
+            ops, name, ctx.namespace, params["log_lines"]))
+    if action in ("preflight", "apply"):
+        plan = rollout.plan_one(ctx, ops, name, target, params["hardware"])
+        result = dict(changed=False, plan=plan)
+        if plan["errors"]:
+            module.fail_json(msg="; ".join(plan["errors"]), **result)
+        if action == "preflight" or plan["at_target"]:
+            module.exit_json(**result)
+        node = ops.get_node(name)
+        before = labels_of(node).get(node_step.MIG_CONFIG_LABEL)
+        result.update(changed=True, diff=_diff(before, target))
+        if module.check_mode:
+            module.exit_json(**result)
+        step_or_fail(module, ctx, ops, name, target, plan, result)
+        module.exit_json(**result)
+    node = ops.get_node(name)
+    current = labels_of(node).get(node_step.MIG_CONFIG_LABEL)
+    if action == "unwedge":
+        target = target or current or (node.get("metadata", {}).get("annotations") or {}).get(
+            node_step.TARGET_CONFIG_ANNOTATION)
+        if not target:
+            module.fail_json(msg="node %s has no %s label and no config was given: nothing to re-trigger" % (
+                name, node_step.MIG_CONFIG_LABEL))
+        result = dict(changed=True)
+        plan = planned_or_fail(module, ctx, ops, name, target, result)
+        if module.check_mode:
+            result["unwedged"] = node_step.unwedge(ops, name, target, check_mode=True)
+        else:
+            step_or_fail(module, ctx, ops, name, target, plan, result, retrigger=True)
+        module.exit_json(**result)
+    previous = node_step.previous_config(node)
+    if not previous:
+        module.fail_json(msg="node %s: no previous MIG config recorded (annotation %s); nothing to roll back to"
+                         % (name, node_step.PREVIOUS_CONFIG_ANNOTATION))
+    result = dict(changed=previous != current, diff=_diff(current, previous))
+    if previous == current:
+        module.exit_json(**result)
+    plan = planned_or_fail(module, ctx, ops, name, previous, result)
+    if module.check_mode:
+        module.exit_json(**result)
+    step_or_fail(module, ctx, ops, name, previous, plan, result)
+    module.exit_json(**result)
 
 
 def main():
-    argument_spec = dict(
+    module = KubeModule(dict(
         name=dict(type="str", required=True),
         action=dict(type="str", choices=["preflight", "apply", "diagnose", "unwedge", "rollback"], default="apply"),
         config=dict(type="str"),
@@ -190,75 +229,9 @@ def main():
         verify_timeout=dict(type="int", default=180),
         hardware=dict(type="dict"),
         log_lines=dict(type="int", default=100),
-    )
-    argument_spec.update(AUTH_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
-                           required_if=[("action", "preflight", ["config"]), ("action", "apply", ["config"])])
-    require_kubernetes(module)
-    params = module.params
-    name, action, target = params["name"], params["action"], params["config"]
-    try:
-        ctx = rollout.Context(lambda: KubeOps(get_api_client(params)), {
-            "operator_namespace": params["operator_namespace"], "strategy": params["strategy"],
-            "apply_timeout": params["timeout"], "log_lines": params["log_lines"]})
-        ops = ctx.ops
-        if action == "diagnose":
-            module.exit_json(changed=False, diagnostics=node_step.collect_diagnostics(
-                ops, name, ctx.namespace, params["log_lines"]))
-        if action in ("preflight", "apply"):
-            plan = rollout.plan_one(ctx, ops, name, target, params["hardware"])
-            result = dict(changed=False, plan=plan)
-            if plan["errors"]:
-                module.fail_json(msg="; ".join(plan["errors"]), **result)
-            if action == "preflight" or plan["at_target"]:
-                module.exit_json(**result)
-            node = ops.get_node(name)
-            before = labels_of(node).get(node_step.MIG_CONFIG_LABEL)
-            result.update(changed=True, diff=_diff(before, target))
-            if module.check_mode:
-                module.exit_json(**result)
-            state = node_step.mig_state(node)
-            if state["config"] != target:
-                node_step.set_config_label(ops, node, target)
-            elif state["state"] in (None, "", "failed"):
-                node_step.unwedge(ops, name, target)
-            followed = follow_and_report(module, ctx, ops, name, target, result)
-            verify_or_fail(module, ctx, ops, name, target, plan, result, followed)
-            ops.patch_node(name, node_step.finish_annotations_patch())
-            module.exit_json(**result)
-        node = ops.get_node(name)
-        current = labels_of(node).get(node_step.MIG_CONFIG_LABEL)
-        if action == "unwedge":
-            target = target or current or (node.get("metadata", {}).get("annotations") or {}).get(
-                node_step.TARGET_CONFIG_ANNOTATION)
-            if not target:
-                module.fail_json(msg="node %s has no %s label and no config was given: nothing to re-trigger" % (
-                    name, node_step.MIG_CONFIG_LABEL))
-            result = dict(changed=True)
-            plan = planned_or_fail(module, ctx, ops, name, target, result)
-            result["unwedged"] = node_step.unwedge(ops, name, target, module.check_mode)
-            if not module.check_mode:
-                followed = follow_and_report(module, ctx, ops, name, target, result)
-                verify_or_fail(module, ctx, ops, name, target, plan, result, followed)
-            module.exit_json(**result)
-        previous = node_step.previous_config(node)
-        if not previous:
-            module.fail_json(msg="node %s: no previous MIG config recorded (annotation %s); nothing to roll back to"
-                             % (name, node_step.PREVIOUS_CONFIG_ANNOTATION))
-        result = dict(changed=previous != current, diff=_diff(current, previous))
-        if previous == current:
-            module.exit_json(**result)
-        plan = planned_or_fail(module, ctx, ops, name, previous, result)
-        if module.check_mode:
-            module.exit_json(**result)
-        node_step.set_config_label(ops, node, previous)
-        followed = follow_and_report(module, ctx, ops, name, previous, result)
-        verify_or_fail(module, ctx, ops, name, previous, plan, result, followed)
-        module.exit_json(**result)
-    except KubeAuthError as exc:
-        module.fail_json(msg=str(exc))
-    except ApiException as exc:
-        module.fail_json(msg="node %s: %s" % (name, api_error_message(exc)))
+    ), supports_check_mode=True,
+        required_if=[("action", "preflight", ["config"]), ("action", "apply", ["config"])])
+    module.run(act, node=module.params["name"])
 
 
 if __name__ == "__main__":

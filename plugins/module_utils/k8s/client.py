@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import threading
 import traceback
 
 try:
@@ -123,6 +124,49 @@ def _load_configuration(params):
     return configuration
 
 
+# The call each thread made last ("GET /api/v1/nodes"), and the last of any thread: an error is reported
+# with the call it came from, also when it surfaces after the request returned (an error status, a
+# watch stream broken while read).
+_CALLS = threading.local()
+_LAST_CALL = {"call": None}
+
+
+def _call_name(method, url):
+    path, _sep, query = str(url).partition("?")
+    if "://" in path:
+        path = "/" + path.split("://", 1)[1].partition("/")[2]
+    watch = " (watch)" if "watch=true" in query else ""
+    return "%s %s%s" % (str(method).upper(), path, watch)
+
+
+def trace_calls(api_client):
+    """Record every request of ``api_client`` as the current thread's last call, and name it on the
+    exception a failed request raises (attribute ``gpufleet_call``)."""
+    rest = api_client.rest_client
+    send = rest.request
+
+    def request(method, url, *args, **kwargs):
+        call = _call_name(method, url)
+        _CALLS.call = _LAST_CALL["call"] = call
+        try:
+            return send(method, url, *args, **kwargs)
+        except Exception as exc:
+            if getattr(exc, "gpufleet_call", None) is None:
+                try:
+                    exc.gpufleet_call = call
+                except AttributeError:  # pragma: no cover - exceptions with __slots__
+                    pass
+            raise
+
+    rest.request = request
+    return api_client
+
+
+def last_call():
+    """The last API call this thread made (or, when it made none, any thread); None before any call."""
+    return getattr(_CALLS, "call", None) or _LAST_CALL["call"]
+
+
 def get_api_client(params):
     """Return a ``kubernetes.client.ApiClient`` for the module's auth params (a dict)."""
     params = unset_empty(params)
@@ -130,7 +174,7 @@ def get_api_client(params):
     api_client = k8s_client.ApiClient(configuration)
     if params.get("impersonate_user"):
         api_client.set_default_header("Impersonate-User", params["impersonate_user"])
-    return api_client
+    return trace_calls(api_client)
 
 
 def api_client_from_module(module):

@@ -45,7 +45,7 @@ def _name_key(name):
 
 
 def _build_profiles(entry):
-    layout = catalog_data.SEVEN_SLICE_LAYOUT if entry["layout"] == "seven" else catalog_data.FOUR_SLICE_LAYOUT
+    layout = catalog_data.LAYOUTS[entry["layout"]]
     profiles = []
     for kind, index, profile_id, slices, memory_slices, count, starts in layout:
         engines = entry.get("engines", {}).get(kind) or (None,) * 5
@@ -135,7 +135,7 @@ def model_from_gfd_product(product_label):
     """Catalog model for a GFD ``nvidia.com/gpu.product`` label, or None.
 
     GFD writes the NVML name with whitespace turned into ``-`` and may append ``-MIG-<profile>``
-    (single strategy), ``-MIG-INVALID`` or ``-SHARED`` (reference §6.1, §6.2, §9.1).
+    (single strategy), ``-MIG-INVALID`` or ``-SHARED`` (NVIDIA/k8s-device-plugin internal/lm/mig-strategy.go, resource.go).
     """
     if not product_label:
         return None

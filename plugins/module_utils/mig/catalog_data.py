@@ -4,11 +4,11 @@
 """Built-in MIG profile tables (data). Kept as Python, not JSON, because Ansible ships only .py
 module_utils to a managed host.
 
-Sources (see shared/reference/nvidia-gpu-operator-and-mig.md):
+Sources:
 - profile names and instance counts: NVIDIA MIG User Guide "Supported MIG Profiles" and the static
-  mig-parted config (GO@v26.7.0 assets/state-mig-manager/0400_configmap.yaml), reference §4.2, §5.2;
+  mig-parted config (NVIDIA/gpu-operator v26.7.0 assets/state-mig-manager/0400_configmap.yaml);
 - nvidia-smi profile ids and placements of the 7-slice (GA100/GH100) layout: the guide's ``-lgipp``
-  example and a real H200 read (h200-nvidia-smi-mig-lgipp.txt): 19/20 {0..6}:1, 15 {0,2,4,6}:2,
+  example and a real H200 read (tests/fixtures/h200/nvidia-smi-mig-lgipp.txt): 19/20 {0..6}:1, 15 {0,2,4,6}:2,
   14 {0,2,4}:2, 9 {0,4}:4, 5 {0}:4, 0 {0}:8;
 - NVML profile index constants: go-nvml nvml.h (§5.4); A30 ids/placements: observed -lgipp (§5.2);
 - PCI device ids: the static config's device filters (§4.2);
@@ -17,6 +17,21 @@ Sources (see shared/reference/nvidia-gpu-operator-and-mig.md):
 - B200 placements are not published in these sources: assumed to be the 7-slice layout because its
   names and instance counts match it one to one (guide Table 9). Marked ``placements_source``.
 - memory_mb of a model is the nominal size (name GB x 1024) except where a real read gives it.
+- Models added from the static config's device filters (GH200 0x2342 and 0x2348, H100 96GB 0x233D,
+  H20 0x2329, PG506 0x20B6, GB200 0x2941, B300 0x3182, GB300 0x31C2, RTX PRO 6000 Blackwell 0x2BB5):
+  profile names and maximum instance counts from NVIDIA's MIG User Guide "Supported MIG Profiles"
+  (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html) as the
+  static config restates them (every all-<profile> config gives a profile's maximum per GPU, and
+  all-balanced's device filters tie the names to the PCI ids). Their SMs, engines, per-profile memory
+  MB and nvidia-smi profile ids are unknown here and stay None; their placements are assumed to be
+  the 7-slice (or, for RTX PRO 6000, the 4-slice) layout because names and counts match it one to
+  one (marked ``placements_source``); their NVML names are NVIDIA's product names, not read from a
+  driver, so the PCI id (which get_model prefers) is what identifies them. memory_mb is the 7g (4g
+  for RTX PRO 6000) profile's GB x 1024, as for B200.
+- STATIC_DEFAULT_CONFIG: NVIDIA's static default MIG config, ConfigMap default-mig-parted-config
+  (key config.yaml) of gpu-operator v26.7.0, assets/state-mig-manager/0400_configmap.yaml, every
+  named config and device filter as published (81 configs). all-3g.95gb, all-4g.95gb and
+  all-7g.189gb name no GPU by device filter, so no catalog model has them.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -43,6 +58,26 @@ FOUR_SLICE_LAYOUT = (
     ("4g", 0x3, 0, 4, 4, 1, (0,)),
 )
 
+# RTX PRO 6000 Blackwell (guide Table 11): 4 compute and 4 memory slices like A30, with graphics
+# (+gfx), all-media-engine (+me.all) and no-media-engine (-me) variants. NVML indices from nvml.h
+# (1_SLICE_GFX 0xA, 2_SLICE_GFX 0xB, 4_SLICE_GFX 0xC, 1_SLICE_NO_ME 0xD, 2_SLICE_NO_ME 0xE,
+# 1_SLICE_ALL_ME 0xF, 2_SLICE_ALL_ME 0x10); nvidia-smi ids unknown (None); placements assumed as A30's.
+FOUR_SLICE_GFX_LAYOUT = (
+    ("1g", 0x0, None, 1, 1, 4, (0, 1, 2, 3)),
+    ("1g+me", 0x7, None, 1, 1, 1, (0, 1, 2, 3)),
+    ("1g+gfx", 0xA, None, 1, 1, 4, (0, 1, 2, 3)),
+    ("1g+me.all", 0xF, None, 1, 1, 1, (0, 1, 2, 3)),
+    ("1g-me", 0xD, None, 1, 1, 4, (0, 1, 2, 3)),
+    ("2g", 0x1, None, 2, 2, 2, (0, 2)),
+    ("2g+gfx", 0xB, None, 2, 2, 2, (0, 2)),
+    ("2g+me.all", 0x10, None, 2, 2, 1, (0, 2)),
+    ("2g-me", 0xE, None, 2, 2, 2, (0, 2)),
+    ("4g", 0x3, None, 4, 4, 1, (0,)),
+    ("4g+gfx", 0xC, None, 4, 4, 1, (0,)),
+)
+
+LAYOUTS = {"seven": SEVEN_SLICE_LAYOUT, "four": FOUR_SLICE_LAYOUT, "four-gfx": FOUR_SLICE_GFX_LAYOUT}
+
 # GH100 engines per profile, from the real H200 NVML read: (copy, decoder, encoder, jpeg, ofa).
 _GH100_ENGINES = {
     "1g": (1, 1, 0, 1, 0), "1g+me": (1, 1, 0, 1, 1), "1g-2m": (1, 1, 0, 1, 0), "2g": (2, 2, 0, 2, 0),
@@ -55,6 +90,8 @@ _GA100_ENGINES = {
     "2g": (None, 1, 0, 0, 0), "3g": (None, 2, 0, 0, 0), "4g": (None, 2, 0, 0, 0), "7g": (None, 5, 0, 1, 1),
 }
 _GA100_SMS = {"1g": 14, "1g+me": 14, "1g-2m": 14, "2g": 28, "3g": 42, "4g": 56, "7g": 98}
+
+ASSUMED_SEVEN = "assumed: 7-slice layout (names and counts match it); not read on hardware"
 
 MODELS = (
     {
@@ -148,4 +185,230 @@ MODELS = (
                     "3g": (6, None, None, None, None), "4g": (8, None, None, None, None),
                     "7g": (16, None, None, None, None)},
     },
+    {
+        "name": "NVIDIA H100 96GB",
+        "aliases": (),
+        "pci_device_ids": ("0x233D10DE",),
+        "memory_mb": 98304,
+        "layout": "seven",
+        "placements_source": ASSUMED_SEVEN,
+        "names": {"1g": "1g.12gb", "1g+me": "1g.12gb+me", "1g-2m": "1g.24gb", "2g": "2g.24gb",
+                  "3g": "3g.48gb", "4g": "4g.48gb", "7g": "7g.96gb"},
+        "profile_memory_mb": {},
+        "sms": {},
+        "engines": {},
+    },
+    {
+        "name": "NVIDIA GH200 480GB",
+        "aliases": (),
+        "pci_device_ids": ("0x234210DE",),
+        "memory_mb": 98304,
+        "layout": "seven",
+        "placements_source": ASSUMED_SEVEN,
+        "names": {"1g": "1g.12gb", "1g+me": "1g.12gb+me", "1g-2m": "1g.24gb", "2g": "2g.24gb",
+                  "3g": "3g.48gb", "4g": "4g.48gb", "7g": "7g.96gb"},
+        "profile_memory_mb": {},
+        "sms": {},
+        "engines": {},
+    },
+    {
+        "name": "NVIDIA GH200 144G HBM3e",
+        "aliases": (),
+        "pci_device_ids": ("0x234810DE",),
+        "memory_mb": 147456,
+        "layout": "seven",
+        "placements_source": ASSUMED_SEVEN,
+        "names": {"1g": "1g.18gb", "1g+me": "1g.18gb+me", "1g-2m": "1g.36gb", "2g": "2g.36gb",
+                  "3g": "3g.72gb", "4g": "4g.72gb", "7g": "7g.144gb"},
+        "profile_memory_mb": {},
+        "sms": {},
+        "engines": {},
+    },
+    {
+        "name": "NVIDIA H20",
+        "aliases": (),
+        "pci_device_ids": ("0x232910DE",),
+        "memory_mb": 98304,
+        "layout": "seven",
+        "placements_source": ASSUMED_SEVEN,
+        "names": {"1g": "1g.12gb", "1g+me": "1g.12gb+me", "1g-2m": "1g.24gb", "2g": "2g.24gb",
+                  "3g": "3g.48gb", "4g": "4g.48gb", "7g": "7g.96gb"},
+        "profile_memory_mb": {},
+        "sms": {},
+        "engines": {},
+    },
+    {
+        "name": "NVIDIA PG506-96GB",
+        "aliases": (),
+        "pci_device_ids": ("0x20B610DE",),
+        "memory_mb": 98304,
+        "layout": "seven",
+        "placements_source": ASSUMED_SEVEN,
+        "names": {"1g": "1g.12gb", "1g+me": "1g.12gb+me", "1g-2m": "1g.24gb", "2g": "2g.24gb",
+                  "3g": "3g.48gb", "4g": "4g.48gb", "7g": "7g.96gb"},
+        "profile_memory_mb": {},
+        "sms": {},
+        "engines": {},
+    },
+    {
+        "name": "NVIDIA GB200",
+        "aliases": (),
+        "pci_device_ids": ("0x294110DE",),
+        "memory_mb": 190464,
+        "layout": "seven",
+        "placements_source": ASSUMED_SEVEN,
+        "names": {"1g": "1g.23gb", "1g+me": "1g.23gb+me", "1g-2m": "1g.47gb", "2g": "2g.47gb",
+                  "3g": "3g.93gb", "4g": "4g.93gb", "7g": "7g.186gb"},
+        "profile_memory_mb": {},
+        "sms": {},
+        "engines": {},
+    },
+    {
+        "name": "NVIDIA B300 SXM6 AC",
+        "aliases": (),
+        "pci_device_ids": ("0x318210DE",),
+        "memory_mb": 275456,
+        "layout": "seven",
+        "placements_source": ASSUMED_SEVEN,
+        "names": {"1g": "1g.34gb", "1g+me": "1g.34gb+me", "1g-2m": "1g.67gb", "2g": "2g.67gb",
+                  "3g": "3g.135gb", "4g": "4g.135gb", "7g": "7g.269gb"},
+        "profile_memory_mb": {},
+        "sms": {},
+        "engines": {},
+    },
+    {
+        "name": "NVIDIA GB300",
+        "aliases": (),
+        "pci_device_ids": ("0x31C210DE",),
+        "memory_mb": 284672,
+        "layout": "seven",
+        "placements_source": ASSUMED_SEVEN,
+        "names": {"1g": "1g.35gb", "1g+me": "1g.35gb+me", "1g-2m": "1g.70gb", "2g": "2g.70gb",
+                  "3g": "3g.139gb", "4g": "4g.139gb", "7g": "7g.278gb"},
+        "profile_memory_mb": {},
+        "sms": {},
+        "engines": {},
+    },
+    {
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "aliases": (),
+        "pci_device_ids": ("0x2BB510DE",),
+        "memory_mb": 98304,
+        "layout": "four-gfx",
+        "placements_source": "assumed: 4-slice layout of A30 (names and counts match it); not read on hardware",
+        "names": {"1g": "1g.24gb", "1g+me": "1g.24gb+me", "1g+gfx": "1g.24gb+gfx", "1g+me.all": "1g.24gb+me.all",
+                  "1g-me": "1g.24gb-me", "2g": "2g.48gb", "2g+gfx": "2g.48gb+gfx", "2g+me.all": "2g.48gb+me.all",
+                  "2g-me": "2g.48gb-me", "4g": "4g.96gb", "4g+gfx": "4g.96gb+gfx"},
+        "profile_memory_mb": {},
+        "sms": {},
+        "engines": {},
+    },
+)
+
+# The static default MIG config (see the module docstring): (config name, ((device filter, mig-devices), ...)).
+# Every entry is "devices: all" with MIG enabled; a device filter is a tuple of PCI ids, one id as a plain
+# string (as NVIDIA writes A30's), or None for no filter. all-disabled and all-enabled come first.
+STATIC_DEFAULT_CONFIG = (
+    ("all-1g.5gb", ((None, {"1g.5gb": 7}),)),
+    ("all-1g.5gb.me", ((None, {"1g.5gb+me": 1}),)),
+    ("all-2g.10gb", ((None, {"2g.10gb": 3}),)),
+    ("all-3g.20gb", ((None, {"3g.20gb": 2}),)),
+    ("all-4g.20gb", ((None, {"4g.20gb": 1}),)),
+    ("all-7g.40gb", ((None, {"7g.40gb": 1}),)),
+    ("all-1g.24gb.gfx", ((None, {"1g.24gb+gfx": 4}),)),
+    ("all-1g.24gb.me.all", ((None, {"1g.24gb+me.all": 1}),)),
+    ("all-1g.24gb-me", ((None, {"1g.24gb-me": 4}),)),
+    ("all-2g.48gb", ((None, {"2g.48gb": 2}),)),
+    ("all-2g.48gb.gfx", ((None, {"2g.48gb+gfx": 2}),)),
+    ("all-2g.48gb.me.all", ((None, {"2g.48gb+me.all": 1}),)),
+    ("all-2g.48gb-me", ((None, {"2g.48gb-me": 2}),)),
+    ("all-4g.96gb", ((None, {"4g.96gb": 1}),)),
+    ("all-4g.96gb.gfx", ((None, {"4g.96gb+gfx": 1}),)),
+    ("all-1g.10gb", (
+        (("0x233010DE", "0x233110DE", "0x232210DE", "0x20B210DE", "0x20B510DE",
+         "0x20F310DE", "0x20F510DE", "0x232410DE"),
+         {"1g.10gb": 7}),
+        (("0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE"), {"1g.10gb": 4}),
+    )),
+    ("all-1g.10gb.me", ((None, {"1g.10gb+me": 1}),)),
+    ("all-1g.20gb", ((None, {"1g.20gb": 4}),)),
+    ("all-1g.23gb", ((None, {"1g.23gb": 7}),)),
+    ("all-1g.23gb.me", ((None, {"1g.23gb+me": 1}),)),
+    ("all-1g.24gb.me", ((None, {"1g.24gb+me": 1}),)),
+    ("all-2g.20gb", ((None, {"2g.20gb": 3}),)),
+    ("all-3g.40gb", ((None, {"3g.40gb": 2}),)),
+    ("all-4g.40gb", ((None, {"4g.40gb": 1}),)),
+    ("all-7g.80gb", ((None, {"7g.80gb": 1}),)),
+    ("all-1g.6gb", ((None, {"1g.6gb": 4}),)),
+    ("all-1g.6gb.me", ((None, {"1g.6gb+me": 1}),)),
+    ("all-2g.12gb", ((None, {"2g.12gb": 2}),)),
+    ("all-2g.12gb.me", ((None, {"2g.12gb+me": 1}),)),
+    ("all-4g.24gb", ((None, {"4g.24gb": 1}),)),
+    ("all-1g.12gb", ((None, {"1g.12gb": 7}),)),
+    ("all-1g.12gb.me", ((None, {"1g.12gb+me": 1}),)),
+    ("all-1g.24gb", ((None, {"1g.24gb": 4}),)),
+    ("all-1g.45gb", ((None, {"1g.45gb": 4}),)),
+    ("all-1g.47gb", ((None, {"1g.47gb": 4}),)),
+    ("all-2g.24gb", ((None, {"2g.24gb": 3}),)),
+    ("all-2g.45gb", ((None, {"2g.45gb": 3}),)),
+    ("all-2g.47gb", ((None, {"2g.47gb": 3}),)),
+    ("all-3g.47gb", ((None, {"3g.47gb": 2}),)),
+    ("all-4g.47gb", ((None, {"4g.47gb": 1}),)),
+    ("all-7g.94gb", ((None, {"7g.94gb": 1}),)),
+    ("all-3g.48gb", ((None, {"3g.48gb": 2}),)),
+    ("all-3g.90gb", ((None, {"3g.90gb": 2}),)),
+    ("all-3g.93gb", ((None, {"3g.93gb": 2}),)),
+    ("all-3g.95gb", ((None, {"3g.95gb": 2}),)),
+    ("all-4g.48gb", ((None, {"4g.48gb": 1}),)),
+    ("all-4g.90gb", ((None, {"4g.90gb": 1}),)),
+    ("all-4g.93gb", ((None, {"4g.93gb": 1}),)),
+    ("all-4g.95gb", ((None, {"4g.95gb": 1}),)),
+    ("all-7g.96gb", ((None, {"7g.96gb": 1}),)),
+    ("all-7g.180gb", ((None, {"7g.180gb": 1}),)),
+    ("all-7g.186gb", ((None, {"7g.186gb": 1}),)),
+    ("all-7g.189gb", ((None, {"7g.189gb": 1}),)),
+    ("all-balanced", (
+        (("0x294110DE",), {"1g.23gb": 2, "2g.47gb": 1, "3g.93gb": 1}),
+        (("0x2BB510DE",), {"1g.24gb": 2, "2g.48gb": 1}),
+        (("0x290110DE",), {"1g.23gb": 2, "2g.45gb": 1, "3g.90gb": 1}),
+        (("0x234810DE",), {"1g.18gb": 2, "2g.36gb": 1, "3g.72gb": 1}),
+        (("0x233510DE", "0x233B10DE"), {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}),
+        (("0x232110DE", "0x233A10DE"), {"1g.12gb": 2, "2g.24gb": 1, "3g.47gb": 1}),
+        (("0x233010DE", "0x233110DE", "0x232210DE", "0x20B210DE", "0x20B510DE",
+         "0x20F310DE", "0x20F510DE", "0x232410DE"),
+         {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),
+        (("0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE"), {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}),
+        ("0x20B710DE", {"1g.6gb": 2, "2g.12gb": 1}),
+        (("0x234210DE", "0x233D10DE", "0x20B610DE", "0x232910DE"), {"1g.12gb": 2, "2g.24gb": 1, "3g.48gb": 1}),
+        (("0x318210DE",), {"1g.34gb": 2, "2g.67gb": 1, "3g.135gb": 1}),
+        (("0x31C210DE",), {"1g.35gb": 2, "2g.70gb": 1, "3g.139gb": 1}),
+    )),
+    ("all-1g.18gb", ((None, {"1g.18gb": 7}),)),
+    ("all-1g.18gb.me", ((None, {"1g.18gb+me": 1}),)),
+    ("all-1g.35gb", (
+        (("0x233510DE",), {"1g.35gb": 4}),
+        (("0x31C210DE",), {"1g.35gb": 7}),
+    )),
+    ("all-2g.35gb", ((None, {"2g.35gb": 3}),)),
+    ("all-3g.71gb", ((None, {"3g.71gb": 2}),)),
+    ("all-4g.71gb", ((None, {"4g.71gb": 1}),)),
+    ("all-7g.141gb", ((None, {"7g.141gb": 1}),)),
+    ("all-1g.36gb", ((None, {"1g.36gb": 4}),)),
+    ("all-2g.36gb", ((None, {"2g.36gb": 3}),)),
+    ("all-3g.72gb", ((None, {"3g.72gb": 2}),)),
+    ("all-4g.72gb", ((None, {"4g.72gb": 1}),)),
+    ("all-7g.144gb", ((None, {"7g.144gb": 1}),)),
+    ("all-1g.34gb", ((None, {"1g.34gb": 7}),)),
+    ("all-1g.34gb.me", ((None, {"1g.34gb+me": 1}),)),
+    ("all-1g.67gb", ((None, {"1g.67gb": 4}),)),
+    ("all-2g.67gb", ((None, {"2g.67gb": 3}),)),
+    ("all-3g.135gb", ((None, {"3g.135gb": 2}),)),
+    ("all-4g.135gb", ((None, {"4g.135gb": 1}),)),
+    ("all-7g.269gb", ((None, {"7g.269gb": 1}),)),
+    ("all-1g.35gb.me", ((None, {"1g.35gb+me": 1}),)),
+    ("all-1g.70gb", ((None, {"1g.70gb": 4}),)),
+    ("all-2g.70gb", ((None, {"2g.70gb": 3}),)),
+    ("all-3g.139gb", ((None, {"3g.139gb": 2}),)),
+    ("all-4g.139gb", ((None, {"4g.139gb": 1}),)),
+    ("all-7g.278gb", ((None, {"7g.278gb": 1}),)),
 )

@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
 """Hardware facts from a node's GFD labels, for planning from the controller when NVML cannot be
-read. Label meanings: reference §6.1 (base labels) and §6.2 (per-strategy MIG labels)."""
+read. Label meanings: NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md (base labels) and internal/lm/mig-strategy.go (per-strategy MIG labels)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,10 +12,41 @@ import math
 import re
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import UnknownModelError
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError, UnknownModelError
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import canonical_profile_name
 
 _MIXED_COUNT = re.compile(r"^nvidia\.com/mig-(?P<profile>.+)\.count$")
+
+
+# GPUs whose NVML GPU-instance profile counts are not to be trusted, by PCI device id. mig-parted
+# hard-codes the A30's profile table because "NVML has a bug that reports incorrect profiles for this
+# GPU" (NVIDIA/mig-parted v0.15.0 pkg/mig/discovery/discovery.go); the collection takes the counts
+# from its catalog (catalog_data.py, the same table as mig-parted's) instead.
+NVML_COUNTS_UNTRUSTED = {"0x20B710DE": "NVIDIA A30"}
+
+
+def trusted_live_profiles(gpu):
+    """One GPU's live (NVML) profile table, with instance counts from the catalog where NVML's are
+    known to be wrong (NVML_COUNTS_UNTRUSTED). A corrected profile keeps NVML's figure as
+    ``nvml_instance_count`` and says ``instance_count_source: catalog``; other GPUs' tables, and
+    profiles the catalog lacks, are returned as they are. Returns a new list; the input is unchanged.
+    """
+    profiles = [dict(p) for p in (gpu.get("profiles") or [])]
+    try:
+        pci = catalog.normalize_pci_device_id(gpu.get("pci_device_id"))
+    except PlanningError:
+        return profiles
+    if pci not in NVML_COUNTS_UNTRUSTED:
+        return profiles
+    known = catalog.get_model(pci_device_id=pci)
+    for profile in profiles:
+        listed = catalog.find_profile(known, profile.get("name")) if known else None
+        if listed is None or profile.get("instance_count_source") == "catalog":
+            continue
+        profile["nvml_instance_count"] = profile.get("instance_count")
+        profile["instance_count"] = listed["instance_count"]
+        profile["instance_count_source"] = "catalog"
+    return profiles
 
 
 def _int(value):

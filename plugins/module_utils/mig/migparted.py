@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """mig-parted v1 config files: parse and validate, render, and select the entry for one GPU.
 
-Format and rules: mig-parted api/spec/v1/spec.go and helpers.go (reference §4.1): ``version: v1``;
+Format and rules: mig-parted api/spec/v1/spec.go and helpers.go (NVIDIA/mig-parted): ``version: v1``;
 ``mig-configs`` maps names to non-empty lists of entries with ``devices`` (``all`` or GPU indices),
 ``mig-enabled``, ``mig-devices`` (profile -> count; required when enabled, empty when disabled) and an
 optional ``device-filter`` (``0xDDDDVVVV`` or a list; v0.15.0 adds ``:<subsystem id>``). Unknown

@@ -6,11 +6,11 @@ order can it be created when the driver picks placements itself?
 
 Model: a GPU has ``memory_slices`` memory slices (8 on A100/H100/H200/B200, 4 on A30). Each profile
 lists its possible placements ``{start, size}`` in memory slices (NVML
-nvmlDeviceGetGpuInstancePossiblePlacements / ``nvidia-smi mig -lgipp``, reference §5.1). Instances
+nvmlDeviceGetGpuInstancePossiblePlacements / ``nvidia-smi mig -lgipp``, https://docs.nvidia.com/datacenter/tesla/mig-user-guide/concepts.html). Instances
 may not share a memory slice, their compute slices may not exceed ``compute_slices``, and a profile
 may not exceed its ``instance_count``.
 
-Creation order: mig-parted calls CreateGpuInstance without a placement (reference §4.4), so the
+Creation order: mig-parted calls CreateGpuInstance without a placement (NVIDIA/mig-parted pkg/mig/config/config.go), so the
 driver chooses. NVIDIA documents that on A100 ``-cgi 19,19,14,9`` fails while ``9,19,14,19``
 succeeds (MIG guide, getting started). A driver that takes the free placement with the highest
 start explains both outcomes; a lowest-start driver would make the first succeed. We therefore

@@ -221,7 +221,7 @@ def _check_strategy(strategy):
 
 
 def _gi_counts(entry):
-    """MIG devices the device plugin sees on one GPU: GI profiles with C == G (reference §6.3)."""
+    """MIG devices the device plugin sees on one GPU: GI profiles with C == G (NVIDIA/k8s-device-plugin README, mixed strategy)."""
     return dict((p, c) for p, c in entry["target"].items() if c and parse_profile(p).c == parse_profile(p).g)
 
 
@@ -229,7 +229,7 @@ def strategy_conflict(plan, strategy):
     """Why GFD would label the node ``-MIG-INVALID`` / the device plugin would refuse it, or None.
 
     Under ``single``: a MIG-enabled GPU without MIG devices, MIG-enabled mixed with disabled GPUs,
-    or more than one profile on the node (GFD mig-strategy.go, DP device_map.go; reference §6.2).
+    or more than one profile on the node (NVIDIA/k8s-device-plugin internal/lm/mig-strategy.go, device_map.go).
     """
     _check_strategy(strategy)
     if strategy != "single":
@@ -252,7 +252,7 @@ def strategy_conflict(plan, strategy):
 
 
 def expected_resources(plan, strategy):
-    """Extended resources the device plugin would advertise after the plan (reference §6.3)."""
+    """Extended resources the device plugin would advertise after the plan (NVIDIA/k8s-device-plugin README)."""
     _check_strategy(strategy)
     enabled = [e for e in plan["gpus"] if e["mig_enabled"]]
     if strategy == "none" or not enabled:
@@ -272,7 +272,7 @@ def expected_resources(plan, strategy):
 
 
 def expected_gfd_labels(plan, strategy):
-    """The MIG-related GFD labels the node would carry after the plan (reference §6.2).
+    """The MIG-related GFD labels the node would carry after the plan (NVIDIA/k8s-device-plugin internal/lm/mig-strategy.go).
 
     mixed: ``nvidia.com/mig-<profile>.count`` per profile (``+`` written as ``.``, as label keys
     cannot hold ``+``); single: ``gpu.product`` ``<model>-MIG-<profile>`` (or ``-MIG-INVALID``) and

@@ -4,7 +4,7 @@
 """MIG profile names: parse, normalise, and derive config and resource names.
 
 Grammar as go-nvlib/mig-parted accept it: ``[<C>c.]<G>g.<GB>gb[+attr[,attr]|-attr]`` with attributes
-``me``, ``me.all``, ``gfx`` (go-nvlib pkg/nvlib/device/mig_profile.go; reference §5.5).
+``me``, ``me.all``, ``gfx`` (NVIDIA/go-nvlib pkg/nvlib/device/mig_profile.go).
 Config names replace ``+`` by ``.`` (mig-parted builder normalizeProfileName, §4.1) and so do
 device-plugin resource names (``nvidia.com/mig-1g.10gb.me``, §6.3).
 """
@@ -118,7 +118,7 @@ def is_base_profile(name):
 def name_from_nvml(memory_mb, slice_count, total_memory_mb, suffix=""):
     """Profile name from NVML numbers, as go-nvlib derives it when no v2 name is available.
 
-    GB = round(ceil(mem/total*8)/8 * ceil(total_GB)) (go-nvlib getMigMemorySizeGB, reference §5.5).
+    GB = round(ceil(mem/total*8)/8 * ceil(total_GB)) (NVIDIA/go-nvlib mig_profile.go getMigMemorySizeGB).
     """
     if not total_memory_mb or not memory_mb:
         raise ProfileNameError("cannot name a profile of %s MB on a GPU of %s MB" % (memory_mb, total_memory_mb))

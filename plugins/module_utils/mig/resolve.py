@@ -12,7 +12,7 @@ __metaclass__ = type
 
 import difflib
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog, migparted
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog, catalog_data, migparted
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import (
     ProfileNameError,
     UnknownConfigError,
@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles
     parse_profile,
 )
 
-# all-balanced per compute-slice count: mig-parted pkg/mig/builder/balanced.go (reference §4.3).
+# all-balanced per compute-slice count: NVIDIA/mig-parted pkg/mig/builder/balanced.go.
 BALANCED_FORMULA = {7: {1: 2, 2: 1, 3: 1}, 4: {1: 2, 2: 1}}
 GENERATED_SOURCE = "generated from the GPUs' profile tables (as MIG Manager >= v0.14)"
 BUILTIN_SOURCE = "built-in default config (static default-mig-parted-config)"
@@ -102,8 +102,22 @@ def generate_config(gpu_models, always_filter=False):
 
 
 def builtin_config():
-    """The static default config (reference §4.2) for every catalog model, with device filters."""
-    return generate_config(catalog.all_models(), always_filter=True)
+    """NVIDIA's static default config (ConfigMap default-mig-parted-config of gpu-operator v26.7.0,
+    assets/state-mig-manager/0400_configmap.yaml), every named config and device filter as published;
+    the data is catalog_data.STATIC_DEFAULT_CONFIG."""
+    configs = {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+    }
+    for name, entries in catalog_data.STATIC_DEFAULT_CONFIG:
+        configs[name] = []
+        for device_filter, devices in entries:
+            entry = {"devices": "all", "mig-enabled": True, "mig-devices": dict(devices)}
+            if device_filter is not None:
+                entry = dict({"device-filter": list(device_filter) if isinstance(device_filter, tuple)
+                              else device_filter}, **entry)
+            configs[name].append(entry)
+    return {"version": "v1", "mig-configs": configs}
 
 
 def named_configs(models=None):
@@ -179,6 +193,9 @@ def resolve(config_name, gpus, config=None, source=None):
     """
     gpus = [dict(g, model=g.get("model") or catalog.require_model(g.get("name"), g.get("pci_device_id")))
             for g in gpus]
+    # A GPU known by model name alone (mig_plan gpu_model=...) stands for the model's first PCI id, so
+    # that device filters of a model with several ids select it (and a generated config needs none).
+    gpus = [dict(g, pci_device_id=g.get("pci_device_id") or g["model"].get("pci_device_id")) for g in gpus]
     if config is None:
         # Like MIG Manager on the node: filters only when the node's GPUs have several PCI ids.
         config = generate_config([dict(g["model"], pci_device_ids=[catalog.normalize_pci_device_id(g["pci_device_id"])])

@@ -41,6 +41,48 @@ def holders(plan, hardware):
     return found
 
 
+# The action lines, shared by the real run (apply_plan) and check mode (planned_actions).
+def _destroyed(index, item):
+    return "GPU %d: destroyed %s at %d:%d" % (index, item["profile"], item["start"], item["size"])
+
+
+def _created(index, item):
+    return "GPU %d: created %s at %d:%d" % (index, item["profile"], item["start"], item["size"])
+
+
+def _mode_requested(index, enabled):
+    return "GPU %d: MIG mode %s requested" % (index, "on" if enabled else "off")
+
+
+def _waits_for_reset(index, enabled):
+    return "GPU %d: MIG mode %s waits for a GPU reset or reboot" % (index, "on" if enabled else "off")
+
+
+def planned_actions(plan):
+    """The actions apply_plan takes for ``plan``, in its order, assuming a MIG mode write takes effect at once
+    (when it waits for a reset, the real run stops that GPU after the mode line). Check mode's answer."""
+    actions = []
+    for entry in plan["gpus"]:
+        if not entry["changed"]:
+            continue
+        index = entry["index"]
+        if not entry["mig_enabled"]:
+            actions.extend(_destroyed(index, item) for item in entry["destroy"])
+            if entry.get("mode_write_required"):
+                actions.append(_mode_requested(index, False))
+            elif entry.get("reset_pending"):
+                actions.append(_waits_for_reset(index, False))
+            continue
+        if entry.get("mode_write_required"):
+            actions.append(_mode_requested(index, True))
+        elif entry.get("reset_pending"):
+            actions.append(_waits_for_reset(index, True))
+            continue
+        actions.extend(_destroyed(index, item) for item in entry["destroy"])
+        actions.extend(_created(index, item) for item in entry["create"])
+    return actions
+
+
 def _profile(gpu, name):
     for profile in gpu.get("profiles") or []:
         if profile["name"] == name:
@@ -72,10 +114,10 @@ def _apply_layout(session, entry, gpu, actions):
         for instance in entry["destroy"]:
             session.destroy_instance(index, instance["id"])
             destroyed.append(instance)
-            actions.append("GPU %d: destroyed %s at %d:%d" % (index, instance["profile"], instance["start"], instance["size"]))
+            actions.append(_destroyed(index, instance))
         for item in entry["create"]:
             created.append(session.create_instance(index, _profile(gpu, item["profile"]), item["start"], item["size"]))
-            actions.append("GPU %d: created %s at %d:%d" % (index, item["profile"], item["start"], item["size"]))
+            actions.append(_created(index, item))
     except NvmlError as exc:
         return _rollback(session, index, gpu, created, destroyed), exc
     return True, None
@@ -104,7 +146,7 @@ def apply_plan(session, plan, hardware):
             if error is None and entry.get("mode_write_required"):
                 try:
                     current, _pending = session.set_mig_mode(index, False)
-                    actions.append("GPU %d: MIG mode off requested" % index)
+                    actions.append(_mode_requested(index, False))
                 except NvmlError as exc:
                     ok, error = _rollback(session, index, gpu, [], entry["destroy"]), exc
             if error is not None:
@@ -113,6 +155,8 @@ def apply_plan(session, plan, hardware):
             states[index] = "pending-reset" if current else "new"
             if current:
                 reset_required.append(index)
+                if not entry.get("mode_write_required"):
+                    actions.append(_waits_for_reset(index, False))
             continue
         if entry.get("mode_write_required") or entry.get("mode_change_required"):
             current = entry["current_mig_enabled"]
@@ -121,10 +165,12 @@ def apply_plan(session, plan, hardware):
                     current, _pending = session.set_mig_mode(index, True)
                 except NvmlError as exc:
                     raise ApplyError(str(exc), states)
-                actions.append("GPU %d: MIG mode on requested" % index)
+                actions.append(_mode_requested(index, True))
             if not current:
                 states[index] = "pending-reset"
                 reset_required.append(index)
+                if not entry.get("mode_write_required"):
+                    actions.append(_waits_for_reset(index, True))
                 continue
         ok, error = _apply_layout(session, entry, gpu, actions)
         if error is not None:

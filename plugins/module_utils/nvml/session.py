@@ -6,7 +6,7 @@
 One ``nvmlInit`` per session (use ``with NvmlSession() as nvml:``), typed reads that return plain
 dicts in the shape plan.plan_node reads, and MIG writes for mig_apply. Errors are NvmlError with a
 message that says what is missing (library, driver, GPU) and names the GPU where one is involved.
-NVML calls and structs: go-nvml nvml.h / pynvml (reference §5.4).
+NVML calls and structs: NVIDIA/go-nvml pkg/nvml/nvml.h / pynvml.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -27,13 +27,14 @@ except ImportError:  # pragma: no cover - depends on the host
     HAS_PYNVML = False
     PYNVML_IMPORT_ERROR = traceback.format_exc()
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import facts
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import (
     ProfileNameError,
     canonical_profile_name,
     name_from_nvml,
 )
 
-# NVML GPU-instance profile index -> name suffix (go-nvlib mig_profile.go, reference §5.5).
+# NVML GPU-instance profile index -> name suffix (NVIDIA/go-nvlib pkg/nvlib/device/mig_profile.go).
 _SUFFIX_BY_INDEX = {0x7: "+me", 0x8: "+me", 0xA: "+gfx", 0xB: "+gfx", 0xC: "+gfx", 0x11: "+gfx",
                     0xD: "-me", 0xE: "-me", 0xF: "+me.all", 0x10: "+me.all"}
 # Compute-instance profile that spans a whole GPU instance of N slices (what mig-parted creates).
@@ -141,6 +142,8 @@ class NvmlSession(object):
         gpu["profiles"] = table if profiles else []
         gpu["instances"] = (self.gpu_instances(handle, table, gpu)
                             if instances and gpu["mig"]["current"] and table else [])
+        # NVML's instance counts are wrong on some GPUs (A30): take them from the catalog there.
+        gpu["profiles"] = facts.trusted_live_profiles(gpu)
         gpu["processes"] = self.processes(handle, gpu) if processes else []
         return gpu
 

@@ -19,14 +19,25 @@ MIG_STRATEGIES = ("none", "single", "mixed")  # ClusterPolicy spec.mig.strategy 
 MIG_DEFAULT_CONFIGS = ("all-disabled", "")  # CRD enum of spec.migManager.config.default (§2)
 MIG_CONFIG_KEY = "config.yaml"  # a custom MIG ConfigMap must hold this key (§1.2)
 
-# Top-level keys of the real chart's values.yaml (GO@v26.7.0, §1.2) plus its NFD subchart alias.
+# Top-level keys of the real chart's values.yaml, NVIDIA/gpu-operator v26.7.0
+# deployments/gpu-operator/values.yaml (its NFD subchart's values sit under the top-level key
+# node-feature-discovery there too). A unit test compares this set with that file.
 KNOWN_TOP_LEVEL_KEYS = frozenset((
-    "platform", "nfd", "psa", "psp", "cdi", "sandboxWorkloads", "hostPaths", "daemonsets", "validator",
+    "platform", "nfd", "psa", "cdi", "sandboxWorkloads", "hostPaths", "daemonsets", "validator",
     "operator", "mig", "driver", "toolkit", "devicePlugin", "dcgm", "dcgmExporter", "gfd", "migManager",
     "nodeStatusExporter", "gds", "gdrcopy", "vgpuManager", "vgpuDeviceManager", "vfioManager",
     "sandboxDevicePlugin", "ccManager", "kataManager", "kataSandboxDevicePlugin", "clusterPolicy",
-    "gpuCluster", "node-feature-discovery",
+    "gpuCluster", "draDriver", "extraObjects", "node-feature-discovery",
 ))
+
+# Values the chart still accepts but that do nothing: path -> why (ClusterPolicy CRD v26.7.0
+# deployments/gpu-operator/crds/nvidia.com_clusterpolicies.yaml marks operator.defaultRuntime
+# "Deprecated: DefaultRuntime is no longer used by the gpu-operator. This is instead, detected at
+# runtime."; no template of the chart reads it).
+DEPRECATED_VALUES = {
+    "operator.defaultRuntime": "is deprecated and unused: the GPU Operator detects the container runtime "
+                               "itself (ClusterPolicy CRD v26.7.0); remove it from extra_values",
+}
 
 # Device-plugin config file (§9.1): top-level fields and sharing strategies.
 _DP_TOP_LEVEL = frozenset(("version", "flags", "resources", "sharing", "imex"))
@@ -266,6 +277,24 @@ def configmaps(settings, namespace, dump_yaml):
             "data": dict((name, dump_yaml(config)) for name, config in sorted(settings["device_plugin_config"].items())),
         })
     return managed
+
+
+_MISSING = object()
+
+
+def settings_warnings(settings):
+    """Warnings (not errors) about the settings: chart values that are deprecated and do nothing."""
+    extra = settings.get("extra_values") or {}
+    if not isinstance(extra, dict):
+        return []
+    warnings = []
+    for path, why in sorted(DEPRECATED_VALUES.items()):
+        node = extra
+        for key in path.split("."):
+            node = node.get(key, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is not _MISSING:
+            warnings.append("extra_values sets %s=%r, which %s" % (path, node, why))
+    return warnings
 
 
 def single_strategy_warnings(settings, mixed_profile_configs):

@@ -4,7 +4,7 @@
 """Will the pods a MIG rollout evicts find GPUs again? A cluster-wide count per GPU resource, before any change.
 
 After all-balanced, a pod asking ``nvidia.com/gpu: 1`` finds no whole GPU on a mixed-strategy node
-(reference §6: MIG devices are advertised as ``nvidia.com/mig-<profile>`` instead), and it stays Pending.
+(NVIDIA/k8s-device-plugin README: MIG devices are advertised as ``nvidia.com/mig-<profile>`` instead), and it stays Pending.
 The count is per resource and ignores per-node packing (a pod asking 2 needs both on one node), so it can
 only under-report: a warning here is certain, no warning is likely but not certain.
 """

@@ -5,8 +5,8 @@
 
 Why not kubernetes.core.k8s_drain: it fails on the first HTTP 429 from a PodDisruptionBudget, only warns
 when its wait times out, has no GPU-only pod filter, returns no structured list of evicted pods and
-cannot tell an admin's cordon from its own (shared/reference/ansible-ecosystem.md §1.3, §1.5, §7;
-user-pain.md §2.1-§2.4). This module fills exactly those gaps.
+cannot tell an admin's cordon from its own (ansible-collections/kubernetes.core
+plugins/modules/k8s_drain.py and issues #474, #593, #797; kubernetes/kubernetes#37592). This module fills exactly those gaps.
 """
 
 from __future__ import absolute_import, division, print_function

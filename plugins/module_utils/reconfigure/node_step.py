@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """The MIG step for one node, against MIG Manager's label protocol.
 
-Protocol facts (shared/reference/nvidia-gpu-operator-and-mig.md §3.4-§3.6): MIG Manager acts only when
+Protocol facts (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go): MIG Manager acts only when
 ``nvidia.com/mig.config`` *changes*, reports through ``nvidia.com/mig.config.state`` (pending, rebooting,
 success, failed) and pauses the operands by setting ``nvidia.com/gpu.deploy.*`` to ``paused-for-mig-change``.
 Device-plugin resources and GFD labels per strategy: §6.2-§6.3.
@@ -59,7 +59,8 @@ def mig_strategy(policy, node):
 
 
 def with_reboot(policy):
-    """WITH_REBOOT in spec.migManager.env (reference §1.2, §3.3): a mode change may reboot the node."""
+    """WITH_REBOOT in spec.migManager.env: a mode change may reboot the node
+    (https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html)."""
     env = (((policy or {}).get("spec") or {}).get("migManager") or {}).get("env") or []
     return any(e.get("name") == "WITH_REBOOT" and str(e.get("value")).lower() == "true" for e in env)
 
@@ -73,7 +74,7 @@ def custom_config_name(policy):
 
 
 def find_config_source(ops, policy, node_name, namespace):
-    """The mig-parted config MIG Manager on ``node_name`` reads (reference §3.1-§3.2):
+    """The mig-parted config MIG Manager on ``node_name`` reads (NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go):
     the ClusterPolicy's custom ConfigMap, else the generated ``<node>-mig-config``, else the built-in.
 
     Returns {kind: custom|generated|builtin, namespace, name, text (None for builtin), source (for messages)}.
@@ -86,7 +87,7 @@ def find_config_source(ops, policy, node_name, namespace):
             raise MigStepError("ClusterPolicy names MIG config ConfigMap %s/%s, which does not exist" % (
                 namespace, custom))
         data = configmap.get("data") or {}
-        # A custom ConfigMap must hold key config.yaml (reference §1.2); old charts' default map used
+        # A custom ConfigMap must hold key config.yaml (GPU Operator docs, gpu-operator-mig.html); old charts' default map used
         # config-default.yaml.
         text = data.get("config.yaml") or data.get("config-default.yaml")
         if text is None:
@@ -200,6 +201,12 @@ def follow_state(ops, node_name, target, deadline, node=None):
     return {"final": flags["final"], "states": seen, "rebooted": flags["rebooted"], "node": node}
 
 
+def node_mismatches(node, expected_resources, expected_labels):
+    """Where the node's allocatable GPU resources and GFD labels differ from the plan, now ([] = verified)."""
+    return (resource_mismatches(expected_resources, gpu_allocatable(node))
+            + label_mismatches(expected_labels or {}, labels_of(node)))
+
+
 def wait_verified(ops, node_name, expected_resources, expected_labels, deadline, node=None):
     """Watch until allocatable equals the plan and GFD labels agree; returns the mismatches left at the
     deadline ([] when verified). Allocatable lags the apply while the device plugin restarts (§6.3)."""
@@ -207,8 +214,7 @@ def wait_verified(ops, node_name, expected_resources, expected_labels, deadline,
     last = {"problems": []}
 
     def done(obj):
-        last["problems"] = (resource_mismatches(expected_resources, gpu_allocatable(obj))
-                            + label_mismatches(expected_labels or {}, labels_of(obj)))
+        last["problems"] = node_mismatches(obj, expected_resources, expected_labels)
         return not last["problems"]
 
     try:
@@ -302,6 +308,62 @@ def previous_config(node):
 def finish_annotations_patch():
     """Drop the in-progress marker once a node is verified; the previous config stays for rollback."""
     return {"metadata": {"annotations": {TARGET_CONFIG_ANNOTATION: None}}}
+
+
+def clear_marker(ops, node_name):
+    """Drop the in-progress marker of a verified node; returns the patched node."""
+    return ops.patch_node(node_name, finish_annotations_patch())
+
+
+def trigger(ops, node, target, retrigger=False):
+    """Make MIG Manager act on ``target``: set the label when it says something else; re-trigger MIG Manager
+    (unwedge: restore paused operands, set the label, restart its pod) when asked (``retrigger``) or when the
+    label already says ``target`` and MIG Manager is idle or failed - the same value again would not wake it
+    (it acts on changes). Returns what was done:
+    {action: labelled|retriggered|none, unwedged (when retriggered)}."""
+    state = mig_state(node)
+    name = node["metadata"]["name"]
+    if retrigger or (state["config"] == target and state["state"] in (None, "", "failed")):
+        return {"action": "retriggered", "unwedged": unwedge(ops, name, target)}
+    if state["config"] != target:
+        set_config_label(ops, node, target)
+        return {"action": "labelled"}
+    return {"action": "none"}
+
+
+def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unwedge_on_timeout=False,
+             retrigger=False, clear=True, node=None):
+    """The MIG step for one node, used by the rollout, its rollback and every node_mig_config action:
+    set the label (or re-trigger) -> follow ``nvidia.com/mig.config.state`` within ``apply_timeout`` (once
+    more after an un-wedge when ``unwedge_on_timeout``) -> verify allocatable and GFD labels against
+    ``planned`` (rollout.plan_one's entry) within ``verify_timeout`` -> clear the in-progress marker (unless
+    ``clear`` is false: the caller still holds the node). It neither drains nor uncordons.
+
+    Returns {final (success|failed|timeout|changed), states, rebooted, trigger, unwedged (after a timeout),
+    mismatches, verified, node (the latest view), timings: {apply_s, verify_s}}."""
+    started = time.monotonic()
+    node = node or ops.get_node(node_name)
+    outcome = {"trigger": trigger(ops, node, target, retrigger), "mismatches": [], "verified": False,
+               "timings": {}}
+    followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout)
+    states = list(followed["states"])
+    if followed["final"] == "timeout" and unwedge_on_timeout:
+        outcome["unwedged"] = unwedge(ops, node_name, target)
+        followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout)
+        states += followed["states"]
+    outcome.update(final=followed["final"], states=states, rebooted=followed["rebooted"], node=followed["node"])
+    outcome["timings"]["apply_s"] = round(time.monotonic() - started, 3)
+    if followed["final"] != "success":
+        return outcome
+    verifying = time.monotonic()
+    outcome["mismatches"] = wait_verified(ops, node_name, planned["expected_resources"],
+                                          planned.get("expected_gfd_labels"), time.monotonic() + verify_timeout,
+                                          followed["node"])
+    outcome["timings"]["verify_s"] = round(time.monotonic() - verifying, 3)
+    outcome["verified"] = not outcome["mismatches"]
+    if outcome["verified"] and clear:
+        outcome["node"] = clear_marker(ops, node_name)
+    return outcome
 
 
 def now():

@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
     labels_of,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import facts, plan as mig_plan, resolve
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import verify as mig_verify
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
 
 DEFAULTS = {
@@ -249,58 +250,44 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
             return _fail(row, "drain", str(exc), ctx, ops, node_name, started)
         row["evicted"] = ["%s/%s" % (p["namespace"], p["name"]) for p in drained["evicted"]]
         row["timings"]["drain_s"] = round(time.monotonic() - t0, 3)
-        # 2. label, unless MIG Manager already has this target (a resumed run)
-        t1 = time.monotonic()
-        node = ops.get_node(node_name)
-        state = node_step.mig_state(node)
-        if state["config"] != target:
-            node_step.set_config_label(ops, node, target)
-        elif state["state"] in (None, "", "failed"):
-            # Same value again would not wake MIG Manager (it acts on changes, §3.4): re-trigger.
-            node_step.unwedge(ops, node_name, target)
-        # 3. follow the state with a watch until success/failed or the deadline
-        followed = node_step.follow_state(ops, node_name, target, time.monotonic() + o["apply_timeout"])
-        row["states"] = followed["states"]
-        row["rebooted"] = followed["rebooted"]
-        if followed["final"] == "timeout" and o["unwedge_on_timeout"]:
-            row["unwedged"] = node_step.unwedge(ops, node_name, target)
-            followed = node_step.follow_state(ops, node_name, target, time.monotonic() + o["apply_timeout"])
-            row["states"] += followed["states"]
-        row["timings"]["apply_s"] = round(time.monotonic() - t1, 3)
-        if followed["final"] != "success":
+        # 2-4. the MIG step: label (or re-trigger a resumed node), follow the state, verify allocatable and
+        # GFD labels against the plan; the in-progress marker is cleared here unless the node stays held.
+        step = node_step.run_step(ops, node_name, target, planned, o["apply_timeout"], o["verify_timeout"],
+                                  unwedge_on_timeout=o["unwedge_on_timeout"], clear=not hold_cordon)
+        row["states"] = step["states"]
+        row["rebooted"] = step["rebooted"]
+        if "unwedged" in step:
+            row["unwedged"] = step["unwedged"]
+        row["timings"].update(step["timings"])
+        if step["final"] != "success":
             reason = {"failed": "MIG Manager reported failed",
                       "timeout": "no success within %ss (state %s)" % (
-                          o["apply_timeout"], (followed["states"] or ["unset"])[-1]),
-                      "changed": "someone else changed %s meanwhile" % node_step.MIG_CONFIG_LABEL}[followed["final"]]
+                          o["apply_timeout"], (step["states"] or ["unset"])[-1]),
+                      "changed": "someone else changed %s meanwhile" % node_step.MIG_CONFIG_LABEL}[step["final"]]
             row = _fail(row, "apply", "node %s: %s -> %s: %s; node left cordoned" % (
                 node_name, row["before"] or "unset", target, reason), ctx, ops, node_name, started)
-            if o["rollback_on_failure"] and followed["final"] != "changed":
+            if o["rollback_on_failure"] and step["final"] != "changed":
                 row["rollback"] = rollback(ctx, ops, node_name)
                 row["message"] += "; rollback: " + rollback_summary(row["rollback"])
             return row
-        # 4. verify allocatable and GFD labels against the plan
-        t2 = time.monotonic()
-        problems = node_step.wait_verified(ops, node_name, planned["expected_resources"],
-                                          planned["expected_gfd_labels"], time.monotonic() + o["verify_timeout"],
-                                          followed["node"])
-        row["timings"]["verify_s"] = round(time.monotonic() - t2, 3)
-        if problems:
+        if step["mismatches"]:
             return _fail(row, "verify", "node %s: MIG Manager reported success but %s; node left cordoned" % (
-                node_name, "; ".join(problems)), ctx, ops, node_name, started)
+                node_name, "; ".join(step["mismatches"])), ctx, ops, node_name, started)
         if hold_cordon:
             row.update(result="verified", after=target, duration_s=round(time.monotonic() - started, 3),
                        message="%s -> %s: allocatable and GFD labels verified; cordoned until the hardware is read" % (
                            row["before"] or "unset", target))
             return row
         # 5. give the node back as we found it
-        return _give_back(ctx, ops, node_name, target, row, started, "allocatable and GFD labels")
+        return _give_back(ctx, ops, node_name, target, row, started, "allocatable and GFD labels", step["node"])
     except ApiException as exc:
         return _fail(row, "api", "node %s: Kubernetes API error HTTP %s %s" % (node_name, exc.status, exc.reason),
                      ctx, ops, node_name, started)
 
 
-def _give_back(ctx, ops, node_name, target, row, started, what):
-    node = ops.patch_node(node_name, node_step.finish_annotations_patch())  # the patched node: no extra read
+def _give_back(ctx, ops, node_name, target, row, started, what, node=None):
+    """Uncordon as found; ``node`` is the node the step already cleared the marker of (no extra request)."""
+    node = node or node_step.clear_marker(ops, node_name)  # the patched node: no extra read
     changed, outcome = ctx.drainer(ops, node_name).uncordon(node)
     row.update(result="reconfigured", after=target, uncordon=outcome,
                duration_s=round(row.get("duration_s", 0.0) + time.monotonic() - started, 3),
@@ -318,13 +305,7 @@ def hardware_mismatches(ctx, ops, node_name, target, hardware):
         plan = mig_plan.plan_node(hardware, config_name=target, config=config, config_source=source["source"])
     except PlanningError as exc:
         return ["hardware facts cannot be compared: %s" % exc]
-    if not plan["changed"]:
-        return []
-    return ["GPU %s has %s, %s wants %s" % (
-        gpu["index"], "MIG mode change pending" if gpu["mode_write_required"] or gpu["mode_change_required"]
-        else " ".join("%s:%s" % kv for kv in sorted(gpu["current"].items())) or "no MIG devices",
-        target, " ".join("%s:%s" % kv for kv in sorted(gpu["target"].items())) or "MIG disabled")
-        for gpu in plan["gpus"] if gpu["changed"]]
+    return [m["text"] for m in mig_verify.mismatches(hardware, plan)]
 
 
 def release_node(ctx, row, target, hardware=None):
@@ -367,14 +348,11 @@ def rollback(ctx, ops, node_name):
     if planned["errors"]:
         return {"result": "skipped", "config": previous, "verified": False,
                 "message": "rollback to %s not started: %s" % (previous, "; ".join(planned["errors"]))}
-    node_step.set_config_label(ops, node, previous)
-    followed = node_step.follow_state(ops, node_name, previous, time.monotonic() + ctx.options["apply_timeout"])
-    outcome = {"result": followed["final"], "config": previous, "states": followed["states"], "verified": False}
-    if followed["final"] == "success":
-        outcome["mismatches"] = node_step.wait_verified(
-            ops, node_name, planned["expected_resources"], planned["expected_gfd_labels"],
-            time.monotonic() + ctx.options["verify_timeout"], followed["node"])
-        outcome["verified"] = not outcome["mismatches"]
+    step = node_step.run_step(ops, node_name, previous, planned, ctx.options["apply_timeout"],
+                              ctx.options["verify_timeout"], clear=False, node=node)  # the node stays held
+    outcome = {"result": step["final"], "config": previous, "states": step["states"], "verified": step["verified"]}
+    if step["final"] == "success":
+        outcome["mismatches"] = step["mismatches"]
     return outcome
 
 
@@ -423,6 +401,36 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pairs = list(pool.map(one, node_names))
     return [row for row, plan in pairs], [plan for row, plan in pairs if not plan.get("not_started")]
+
+
+def held_rows(ctx, ops, node_names, target):
+    """The nodes of ``node_names`` a rollout with hold_cordon left cordoned after verifying ``target``, found
+    from the cluster: cordoned by us (our cordon annotation), the in-progress marker and the config label at
+    ``target``, MIG Manager at success, and allocatable and GFD labels still matching the plan. Rows as the
+    apply returned them for these nodes (result ``verified``), without the apply's evictions and timings."""
+    rows = []
+    for name in node_names:
+        planned = plan_one(ctx, ops, name, target)
+        if planned["errors"] or not planned.get("cordoned_by_us") or planned.get("in_progress_target") != target \
+                or planned.get("current_config") != target or planned.get("current_state") != "success":
+            continue
+        if node_step.node_mismatches(ops.get_node(name), planned["expected_resources"],
+                                     planned["expected_gfd_labels"]):
+            continue
+        rows.append({"node": name, "model": planned.get("model"), "before": planned.get("previous_config"),
+                     "after": target, "result": "verified",
+                     "message": "%s -> %s: allocatable and GFD labels verified; cordoned until the hardware is read"
+                     % (planned.get("previous_config") or "unset", target)})
+    return rows
+
+
+def release_held(ctx, node_names, target, hardware_by_node=None):
+    """phase=release without rows: release the held nodes found from the cluster. Their rows carry
+    ``release_s`` (not ``duration_s``, which stays the apply's)."""
+    rows = release_all(ctx, held_rows(ctx, ctx.ops, node_names, target), target, hardware_by_node)
+    for row in rows:
+        row["release_s"] = row.pop("duration_s", 0.0)
+    return rows
 
 
 def release_all(ctx, rows, target, hardware_by_node=None):

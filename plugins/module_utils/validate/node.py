@@ -128,7 +128,6 @@ def _label_vs_allocatable(summary, strategy, problems):
 
 def _labels_vs_hardware(summary, strategy, hardware, problems):
     view = hardware_view(hardware)
-    labels = summary["labels"]
     allocatable = summary["allocatable"]
     if not view["count"]:
         problems.append("hardware reports no GPU")

@@ -15,7 +15,7 @@ BIN = Path(sys.executable).parent
 # FQCN -> a task name only that playbook's roles have (proves the roles of the installed copy were loaded).
 PLAYBOOKS = {
     "gpufleet.gpu_operator.site": "gpu_operator : ",
-    "gpufleet.gpu_operator.mig_reconfigure": "mig_reconfigure : Plan every node before touching any",
+    "gpufleet.gpu_operator.mig_reconfigure": "mig_reconfigure : Plan every node",
     "gpufleet.gpu_operator.report": "gpu_report : Gather the fleet's GPU facts",
 }
 

@@ -176,10 +176,12 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
     result = runner.playbook(PLAYBOOK, names, dict(rollout_vars(lock, mig_reconfigure_max_unavailable="50%"),
                                                    profile="all-balanced"))
     assert result.rc == 0, result.explain()
-    # The first step took the Lease and the last gave it back itself: no separate lock task had to run.
-    taken = [t for t in result.tasks() if result._name(t) == "Reconfigure step 0"][0]
-    assert list(taken["hosts"].values())[0]["lock_taken"]["holder"].startswith("mig-reconfigure-")
-    assert not result.ran("Release the rollout lock")
+    # The plan cut the canary and the batches (50% of 3 nodes rounds up to 2); mig_rollout_lock took the Lease
+    # before the canary and gave it back at the end.
+    planned = result.task("Plan every node")
+    assert planned["batches"] == [names[:1], names[1:]] and planned["window"] == 2, planned["batches"]
+    assert result.task("Take the rollout lock")["lease"]["holder"].startswith("mig-reconfigure-")
+    assert result.task("Release the rollout lock")["outcome"] == "released"
     assert testbed.kubectl("get", "lease", "-n", "gpu-operator", lock, check=False).returncode != 0
     rows = rows_of(result)
     for name, model in nodes.items():
@@ -485,12 +487,10 @@ def test_concurrent_rollout_is_refused(testbed, gpu_cluster, add_gpu_node, runne
     try:
         result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(lock), profile="all-1g.10gb"))
         assert result.rc != 0
-        # The first step takes the Lease before any node starts; refused, it touches nothing and says who holds it.
-        step = result.task("Reconfigure step 0")
-        assert step["lock_holder"] == "other-rollout" and "nothing was changed" in step["msg"]
-        assert "rows" not in step, step
-        msg = result.task("Fail when another rollout holds the lock")["msg"]
+        # The Lease is taken before any node starts; refused, nothing is touched and it says who holds it.
+        msg = result.task("Take the rollout lock")["msg"]
         assert "another MIG rollout holds lock" in msg and "other-rollout" in msg
+        assert not result.ran("Reconfigure step")
         assert not result.ran("Fail when the rollout halted")
         assert node_view(testbed, node) == view
         # The refused run did not release the other rollout's Lease.
@@ -525,8 +525,8 @@ def test_controller_killed_mid_rollout_then_rerun_resumes(testbed, gpu_cluster, 
     lease_after_kill = testbed.kubectl("get", "lease", "-n", "gpu-operator", lock, "-o", "yaml", check=False).stdout
     refused = runner.playbook(PLAYBOOK, order, variables)
     assert refused.rc != 0, "lease after kill:\n%s\n%s\n%s" % (lease_after_kill, json.dumps(
-        refused.task("Plan every node")["plan"], indent=1)[:3000], json.dumps(refused.task("Cut the nodes"))[:2000])
-    assert "another MIG rollout holds lock" in refused.task("Fail when another rollout holds the lock")["msg"]
+        refused.task("Plan every node")["plan"], indent=1)[:3000], json.dumps(refused.task("Plan every node")["batches"]))
+    assert "another MIG rollout holds lock" in refused.task("Take the rollout lock")["msg"]
 
     # The dead controller's lease expires (no renewals), then a new rollout may take it over.
     lease = testbed.kubectl("get", "lease", "-n", "gpu-operator", lock, "-o", "json").stdout

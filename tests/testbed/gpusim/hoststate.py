@@ -36,6 +36,7 @@ FAULTS = (
     "no_profiles_when_mig_off",  # older driver branches (R535): no GI profiles while MIG is disabled
     "no_permission",  # caller is not root: mode changes and GI/CI create/destroy -> NO_PERMISSION
     "mig_mode_needs_reset",  # bare metal, but the mode change waits for an explicit reset_gpu (nvidia-smi -r)
+    "wrong_instance_counts",  # NVML misreports profile instance counts (as on A30); creation keeps the true limits
 )
 
 DEFAULT_DRIVER = "580.159.04"  # the H200 reading's driver (ref h200-nvml-reading.json)

@@ -893,6 +893,15 @@ static nvmlReturn_t profile_table_usable(gpu_t *g) {
     if (!g->mig_current && fault_on(g->index, "no_profiles_when_mig_off")) return NVML_ERROR_NOT_SUPPORTED;
     return NVML_SUCCESS;
 }
+/* Fault wrong_instance_counts: NVML misreports the A30's profile instance counts ("NVML has a bug that
+ * reports incorrect profiles for this GPU", NVIDIA/mig-parted pkg/mig/discovery/discovery.go, which
+ * hard-codes that table). Which counts a real A30 gets wrong is not published; here each profile's count
+ * is reported as its number of possible placements (wrong for the +me profiles). Only what is reported
+ * changes: creating instances still obeys the true limits. */
+static unsigned reported_instances(gpu_t *g, gip_t *p) {
+    if (fault_on(g->index, "wrong_instance_counts") && p->nplc > 0) return (unsigned)p->nplc;
+    return (unsigned)p->instances;
+}
 static nvmlReturn_t gip_for_index(nvmlDevice_t d, unsigned int profile, gpu_t **g, gip_t **p) {
     TRY(resolve_gpu_only(d, g));
     if (profile >= NVML_GPU_INSTANCE_PROFILE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
@@ -907,20 +916,20 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t d, unsigned
     TRY(gip_for_index(d, profile, &g, &p));
     if (!info) return NVML_ERROR_INVALID_ARGUMENT;
     info->id = (unsigned)p->id; info->isP2pSupported = (unsigned)p->p2p; info->sliceCount = (unsigned)p->slices;
-    info->instanceCount = (unsigned)p->instances; info->multiprocessorCount = (unsigned)p->sms;
+    info->instanceCount = reported_instances(g, p); info->multiprocessorCount = (unsigned)p->sms;
     info->copyEngineCount = (unsigned)p->ce; info->decoderCount = (unsigned)p->dec;
     info->encoderCount = (unsigned)p->enc; info->jpegCount = (unsigned)p->jpeg; info->ofaCount = (unsigned)p->ofa;
     info->memorySizeMB = p->mem_mb;
     return NVML_SUCCESS;
 }
-static nvmlReturn_t fill_gip_v(gip_t *p, void *out) {
+static nvmlReturn_t fill_gip_v(gpu_t *g, gip_t *p, void *out) {
     unsigned version = *(unsigned *)out;
     if (version == 0 || version == nvmlGpuInstanceProfileInfo_v2) {
         nvmlGpuInstanceProfileInfo_v2_t *i = out;
         /* pynvml passes v2 and the R580 driver hands the struct back with version 0 (ref h200-nvml-reading.json). */
         i->version = 0;
         i->id = (unsigned)p->id; i->isP2pSupported = (unsigned)p->p2p; i->sliceCount = (unsigned)p->slices;
-        i->instanceCount = (unsigned)p->instances; i->multiprocessorCount = (unsigned)p->sms;
+        i->instanceCount = reported_instances(g, p); i->multiprocessorCount = (unsigned)p->sms;
         i->copyEngineCount = (unsigned)p->ce; i->decoderCount = (unsigned)p->dec; i->encoderCount = (unsigned)p->enc;
         i->jpegCount = (unsigned)p->jpeg; i->ofaCount = (unsigned)p->ofa; i->memorySizeMB = p->mem_mb;
         snprintf(i->name, sizeof i->name, "%s", p->name);
@@ -928,7 +937,7 @@ static nvmlReturn_t fill_gip_v(gip_t *p, void *out) {
     }
     if (version == nvmlGpuInstanceProfileInfo_v3) {
         nvmlGpuInstanceProfileInfo_v3_t *i = out;
-        i->id = (unsigned)p->id; i->sliceCount = (unsigned)p->slices; i->instanceCount = (unsigned)p->instances;
+        i->id = (unsigned)p->id; i->sliceCount = (unsigned)p->slices; i->instanceCount = reported_instances(g, p);
         i->multiprocessorCount = (unsigned)p->sms; i->copyEngineCount = (unsigned)p->ce;
         i->decoderCount = (unsigned)p->dec; i->encoderCount = (unsigned)p->enc; i->jpegCount = (unsigned)p->jpeg;
         i->ofaCount = (unsigned)p->ofa; i->memorySizeMB = p->mem_mb; i->capabilities = p->p2p ? 1u : 0u;
@@ -942,7 +951,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t d, unsigne
     gpu_t *g; gip_t *p;
     TRY(gip_for_index(d, profile, &g, &p));
     if (!info) return NVML_ERROR_INVALID_ARGUMENT;
-    return fill_gip_v(p, info);
+    return fill_gip_v(g, p, info);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t d, unsigned int profileId, void *info) {
     ENTER();
@@ -952,7 +961,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t d, uns
     gip_t *p = gip_by_id(g, (int)profileId);
     if (!p) return NVML_ERROR_INVALID_ARGUMENT;
     if (!info) return NVML_ERROR_INVALID_ARGUMENT;
-    return fill_gip_v(p, info);
+    return fill_gip_v(g, p, info);
 }
 
 static nvmlReturn_t gip_for_id(nvmlDevice_t d, unsigned int profileId, gpu_t **g, gip_t **p) {

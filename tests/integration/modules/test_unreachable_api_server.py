@@ -1,0 +1,124 @@
+"""Every Kubernetes module, and the gpu_nodes inventory, against an API server that cannot be reached.
+
+The kubeconfig points at 127.0.0.1 on a port that is bound but not listening, so every connection is
+refused at once. Each module must fail with one line naming 127.0.0.1:<port> and the call it tried,
+report changed=false, and show no traceback (issue 18 item 3, issue 14 item 4). No testbed cluster needed.
+"""
+
+import json
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.reconfigure.conftest import Runner
+
+NODE = "gpu-unreachable-1"
+
+# One task per module that talks to the API, with only the options it requires (and what makes it call).
+MODULE_ARGS = {
+    "gpu_cluster_facts": {},
+    "gpu_drain": {"name": NODE},
+    "gpu_node_validate": {"nodes": [{"name": NODE}]},
+    "gpu_operator_status": {},
+    "gpu_smoke_test": {"targets": [{"node": NODE}]},
+    "mig_rollout": {"nodes": [NODE], "config": "all-1g.10gb"},
+    "mig_rollout_lock": {"holder": "unreachable-test"},
+    "node_mig_config": {"name": NODE, "config": "all-1g.10gb"},
+}
+# More entry points of the same modules: other phases and actions call the API in other places.
+MORE_ARGS = [
+    ("mig_rollout", {"nodes": [NODE], "config": "all-1g.10gb", "phase": "plan"}),
+    ("mig_rollout_lock", {"holder": "unreachable-test", "state": "absent"}),
+    ("node_mig_config", {"name": NODE, "action": "diagnose"}),
+    ("node_mig_config", {"name": NODE, "action": "rollback"}),
+    ("gpu_drain", {"name": NODE, "state": "uncordoned"}),
+    ("gpu_operator_status", {"wait": True, "timeout": 5}),
+]
+CASES = sorted(MODULE_ARGS.items()) + MORE_ARGS
+
+
+@pytest.fixture(scope="module")
+def dead_port():
+    """A port on 127.0.0.1 that is bound (so no one else takes it) but never listens: connect is refused."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.fixture(scope="module")
+def dead_kubeconfig(dead_port, tmp_path_factory):
+    path = tmp_path_factory.mktemp("unreachable") / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "dead",
+        "clusters": [{"name": "dead", "cluster": {
+            "server": "https://127.0.0.1:%s" % dead_port, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "not-a-real-token"}}],
+        "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "u"}}]}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def results(dead_kubeconfig, tmp_path_factory):
+    """Every case as one task of one playbook (ignore_errors), run once."""
+    runner = Runner(dead_kubeconfig, tmp_path_factory.mktemp("ansible"))
+    tasks = [{"name": "case %d %s" % (i, name), "gpufleet.gpu_operator.%s" % name: args, "ignore_errors": True}
+             for i, (name, args) in enumerate(CASES)]
+    path = runner.workdir / "unreachable.yml"
+    path.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    run = runner.playbook(path, [], timeout=300)
+    return run
+
+
+def test_every_api_module_is_covered():
+    """A new module that talks to the API must be added here (it has the kube_auth options)."""
+    from tests.unit.plugins.modules.test_argument_specs import _snapshot
+
+    with_auth = sorted(name for name, spec in _snapshot().items() if "kubeconfig" in spec["argument_spec"])
+    assert with_auth == sorted(MODULE_ARGS)
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=["%s-%s" % (n, i) for i, (n, _a) in enumerate(CASES)])
+def test_module_fails_in_one_line_naming_the_server(results, dead_port, index):
+    name, args = CASES[index]
+    result = results.task("case %d %s" % (index, name))
+    server = "127.0.0.1:%s" % dead_port
+    msg = result.get("msg") or ""
+    assert result.get("failed") is True, (name, args, result)
+    assert result.get("changed") is False, (name, result)
+    assert server in msg and "\n" not in msg, msg
+    assert "cannot reach the Kubernetes API server" in msg and "refused" in msg.lower(), msg
+    assert re.search(r"\((GET|POST|PATCH|PUT|DELETE) /", msg), "the call is not named: %s" % msg
+    if "name" in args or "nodes" in args:
+        assert NODE in msg, msg
+    # ansible-core 2.19 gives every failure an "exception" key; at default verbosity it holds no traceback.
+    text = json.dumps(result)
+    assert "Traceback" not in text and "module_stderr" not in result and "MODULE FAILURE" not in text, text
+    assert result.get("exception") in (None, "(traceback unavailable)"), text
+
+
+def test_no_traceback_in_the_run(results):
+    assert "Traceback" not in results.stdout and "Traceback" not in results.stderr, results.explain()
+
+
+def test_inventory_fails_in_one_line_naming_the_server(dead_kubeconfig, dead_port, tmp_path):
+    source = tmp_path / "dead.gpu_nodes.yml"
+    source.write_text(yaml.safe_dump({"plugin": "gpufleet.gpu_operator.gpu_nodes",
+                                      "kubeconfig": str(dead_kubeconfig)}))
+    env = Runner(dead_kubeconfig, tmp_path / "ansible").env()
+    env["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "true"
+    env["ANSIBLE_INVENTORY_ENABLED"] = "gpufleet.gpu_operator.gpu_nodes"
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(source), "--list"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "Traceback" not in output, output
+    lines = [line for line in output.splitlines() if "127.0.0.1:%s" % dead_port in line]
+    assert lines, output
+    assert any("cannot reach the Kubernetes API server" in line and "(GET /api/v1/nodes)" in line
+               and "dead.gpu_nodes.yml" in line for line in lines), output

@@ -1,0 +1,213 @@
+"""The per-node MIG step: its pure parts (config source choice, strategy, verification, paused operands) and
+run_step (label or re-trigger -> follow -> verify -> clear the marker) against a fake API whose MIG Manager answers
+a label change with a scripted sequence of states."""
+
+import copy
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step
+
+CONFIG, STATE = node_step.MIG_CONFIG_LABEL, node_step.MIG_STATE_LABEL
+
+
+class FakeConfigMaps(object):
+    """Only the ConfigMap lookup find_config_source needs (no API server involved)."""
+
+    def __init__(self, maps):
+        self.maps = maps
+
+    def get_configmap(self, namespace, name):
+        return self.maps.get((namespace, name))
+
+
+def policy(config_name="", strategy="mixed", env=None, namespace="gpu-operator"):
+    return {"spec": {"mig": {"strategy": strategy},
+                     "migManager": {"config": {"name": config_name}, "env": env or []}},
+            "status": {"namespace": namespace, "state": "ready"}}
+
+
+def test_config_source_order_custom_generated_builtin():
+    ops = FakeConfigMaps({("gpu-operator", "custom"): {"data": {"config.yaml": "version: v1"}},
+                          ("gpu-operator", "n1-mig-config"): {"data": {"config.yaml": "generated"}}})
+    assert node_step.find_config_source(ops, policy("custom"), "n1", "gpu-operator")["kind"] == "custom"
+    assert node_step.find_config_source(ops, policy(), "n1", "gpu-operator")["text"] == "generated"
+    assert node_step.find_config_source(ops, policy(), "n2", "gpu-operator")["kind"] == "builtin"
+
+
+def test_missing_custom_configmap_or_key_is_an_error_naming_it():
+    ops = FakeConfigMaps({("gpu-operator", "nokey"): {"data": {"other.yaml": ""}}})
+    for name, text in (("absent", "gpu-operator/absent, which does not exist"), ("nokey", "no key config.yaml")):
+        try:
+            node_step.find_config_source(ops, policy(name), "n1", "gpu-operator")
+        except node_step.MigStepError as exc:
+            assert text in str(exc)
+        else:
+            raise AssertionError("expected MigStepError for %s" % name)
+
+
+def test_strategy_reboot_and_namespace_from_cluster_policy():
+    node = {"metadata": {"labels": {"nvidia.com/mig.strategy": "single"}}}
+    assert node_step.mig_strategy(policy(strategy="mixed"), node) == "mixed"
+    assert node_step.mig_strategy(None, node) == "single"
+    assert node_step.mig_strategy(None, {"metadata": {}}) == "none"
+    assert node_step.with_reboot(policy(env=[{"name": "WITH_REBOOT", "value": "true"}]))
+    assert not node_step.with_reboot(policy(env=[{"name": "WITH_REBOOT", "value": "false"}]))
+    assert node_step.active_cluster_policy([{"status": {"state": "ignored"}}, policy()]) == policy()
+
+
+def test_verification_compares_gpu_resources_only_and_names_the_difference():
+    node = {"status": {"allocatable": {"cpu": "32", "nvidia.com/mig-1g.10gb": "14", "nvidia.com/gpu": "0"}}}
+    assert node_step.gpu_allocatable(node) == {"nvidia.com/mig-1g.10gb": 14}
+    assert node_step.resource_mismatches({"nvidia.com/mig-1g.10gb": 14}, node_step.gpu_allocatable(node)) == []
+    problems = node_step.resource_mismatches({"nvidia.com/mig-1g.10gb": 16, "nvidia.com/mig-2g.20gb": 8},
+                                             node_step.gpu_allocatable(node))
+    assert problems == ["allocatable nvidia.com/mig-1g.10gb is 14, plan says 16",
+                        "allocatable nvidia.com/mig-2g.20gb is 0, plan says 8"]
+    assert node_step.label_mismatches({"nvidia.com/gpu.count": "4"}, {"nvidia.com/gpu.count": "4"}) == []
+    assert node_step.label_mismatches({"nvidia.com/gpu.count": "4"}, {}) == [
+        "GFD label nvidia.com/gpu.count is None, plan says '4'"]
+
+
+def test_paused_deploy_labels():
+    node = {"metadata": {"labels": {"nvidia.com/gpu.deploy.device-plugin": "paused-for-mig-change",
+                                    "nvidia.com/gpu.deploy.dcgm": "true"}}}
+    assert node_step.paused_deploy_labels(node) == ["nvidia.com/gpu.deploy.device-plugin"]
+
+
+PLANNED = {"expected_resources": {"nvidia.com/mig-1g.10gb": 7}, "expected_gfd_labels": {"nvidia.com/mig.strategy": "mixed"}}
+
+
+class FakeMigManager(object):
+    """A node and a MIG Manager: each trigger plays the next script (states; allocatable after success)."""
+
+    def __init__(self, config="all-disabled", state="success", scripts=(), paused=False):
+        labels = {CONFIG: config, STATE: state, "nvidia.com/mig.strategy": "mixed"}
+        if paused:
+            labels["nvidia.com/gpu.deploy.device-plugin"] = node_step.PAUSED_VALUE
+        self.node = {"metadata": {"name": "n1", "labels": labels, "annotations": {}},
+                     "status": {"allocatable": {"nvidia.com/gpu": "1"},
+                                "conditions": [{"type": "Ready", "status": "True"}]}}
+        self.scripts = list(scripts)
+        self.pending = []
+        self.calls = []
+
+    def get_node(self, name):
+        self.calls.append("get")
+        return copy.deepcopy(self.node)
+
+    def patch_node(self, name, patch):
+        self.calls.append("patch")
+        meta = patch.get("metadata") or {}
+        for key in ("labels", "annotations"):
+            for k, v in (meta.get(key) or {}).items():
+                if v is None:
+                    self.node["metadata"][key].pop(k, None)
+                else:
+                    self.node["metadata"][key][k] = v
+        if CONFIG in (meta.get("labels") or {}) and self.scripts:
+            self.pending = list(self.scripts.pop(0))
+        return copy.deepcopy(self.node)
+
+    def list_pods_on_node(self, name, label_selector=None):
+        return {"items": [{"metadata": {"namespace": "gpu-operator", "name": "mig-manager-n1"}}]}
+
+    def delete_pod(self, namespace, name):
+        self.calls.append("restart")
+
+    def watch_node(self, name, deadline, done, initial):
+        if done(initial):
+            return initial
+        while self.pending:
+            event = self.pending.pop(0)
+            if isinstance(event, dict):
+                self.node["status"]["allocatable"] = event
+            else:
+                self.node["metadata"]["labels"][STATE] = event
+            if done(copy.deepcopy(self.node)):
+                return copy.deepcopy(self.node)
+        raise DeadlineExceeded("deadline", copy.deepcopy(self.node))
+
+
+SUCCESS = ["pending", "success", {"nvidia.com/mig-1g.10gb": "7"}]
+
+
+def test_a_change_is_labelled_followed_verified_and_the_marker_cleared():
+    ops = FakeMigManager(scripts=[SUCCESS])
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
+    assert step["trigger"] == {"action": "labelled"}
+    assert step["final"] == "success" and step["states"] == ["pending", "success"] and step["verified"]
+    annotations = ops.node["metadata"]["annotations"]
+    assert annotations == {node_step.PREVIOUS_CONFIG_ANNOTATION: "all-disabled"}  # marker gone, previous kept
+    assert set(step["timings"]) == {"apply_s", "verify_s"}
+
+
+def test_a_held_node_keeps_its_marker():
+    ops = FakeMigManager(scripts=[SUCCESS])
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5, clear=False)
+    assert step["verified"] and ops.node["metadata"]["annotations"][node_step.TARGET_CONFIG_ANNOTATION] == "all-1g.10gb"
+
+
+def test_failed_is_reported_without_verifying_or_clearing():
+    ops = FakeMigManager(scripts=[["pending", "failed"]])
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
+    assert step["final"] == "failed" and not step["verified"] and step["mismatches"] == []
+    assert "verify_s" not in step["timings"]
+    assert node_step.TARGET_CONFIG_ANNOTATION in ops.node["metadata"]["annotations"]
+
+
+def test_success_that_never_advertises_the_plan_is_not_verified():
+    ops = FakeMigManager(scripts=[["pending", "success"]])
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
+    assert step["final"] == "success" and not step["verified"]
+    assert step["mismatches"] == ["allocatable nvidia.com/gpu is 1, plan says 0",
+                                  "allocatable nvidia.com/mig-1g.10gb is 0, plan says 7"]
+    assert node_step.TARGET_CONFIG_ANNOTATION in ops.node["metadata"]["annotations"]
+
+
+def test_timeout_then_unwedge_once_finishes():
+    ops = FakeMigManager(scripts=[["pending"], SUCCESS], paused=True)
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5, unwedge_on_timeout=True)
+    assert step["unwedged"]["restored_labels"] == ["nvidia.com/gpu.deploy.device-plugin"]
+    assert step["final"] == "success" and step["verified"] and step["states"] == ["pending", "pending", "success"]
+    assert "restart" in ops.calls
+
+
+def test_timeout_without_unwedge_stops_there():
+    ops = FakeMigManager(scripts=[["pending"]])
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
+    assert step["final"] == "timeout" and "unwedged" not in step and "restart" not in ops.calls
+
+
+def test_a_resumed_node_at_the_label_but_failed_is_retriggered_not_relabelled():
+    ops = FakeMigManager(config="all-1g.10gb", state="failed", scripts=[SUCCESS])
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
+    assert step["trigger"]["action"] == "retriggered" and step["verified"]
+    # the label was not pointed anywhere else, so the previous config is not overwritten
+    assert node_step.PREVIOUS_CONFIG_ANNOTATION not in ops.node["metadata"]["annotations"]
+
+
+def test_a_resumed_node_still_pending_is_only_followed():
+    ops = FakeMigManager(config="all-1g.10gb", state="pending")
+    ops.pending = ["success", {"nvidia.com/mig-1g.10gb": "7"}]
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
+    assert step["trigger"] == {"action": "none"} and step["verified"] and "restart" not in ops.calls
+
+
+def test_retrigger_always_unwedges_even_to_another_config():
+    ops = FakeMigManager(config="all-disabled", state="pending", scripts=[SUCCESS], paused=True)
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5, retrigger=True)
+    assert step["trigger"]["action"] == "retriggered" and step["trigger"]["unwedged"]["retriggered"] == "all-1g.10gb"
+    assert ops.node["metadata"]["labels"][CONFIG] == "all-1g.10gb" and step["verified"]
+
+
+def test_someone_else_changing_the_label_is_changed():
+    ops = FakeMigManager(scripts=[["pending"]])
+    original = ops.watch_node
+
+    def watch(name, deadline, done, initial):
+        ops.node["metadata"]["labels"][CONFIG] = "all-balanced"
+        return original(name, deadline, done, initial)
+
+    ops.watch_node = watch
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
+    assert step["final"] == "changed" and not step["verified"]

@@ -1,0 +1,136 @@
+"""Pure logic of the fleet report: findings and suggestions (helpers shared with the other report tests)."""
+
+import datetime
+import json
+
+import jsonschema
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import build as report
+
+
+NOW = datetime.datetime(2026, 12, 2, 12, 0, 0, tzinfo=report._UTC)
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def node(name, labels, allocatable=None, state_written="2026-12-02T11:59:00Z", unschedulable=False):
+    return {"metadata": {"name": name, "labels": dict({"nvidia.com/gpu.present": "true"}, **labels),
+                         "managedFields": [{"manager": "mig-manager", "time": state_written, "fieldsV1": {
+                             "f:metadata": {"f:labels": {"f:nvidia.com/mig.config.state": {}}}}}]},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"allocatable": allocatable or {}, "capacity": allocatable or {},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def h100(name, config="all-1g.10gb", state="success", counts=None, allocatable=None, gpus=1, **extra):
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": str(gpus),
+              "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed",
+              "nvidia.com/mig.config": config, "nvidia.com/mig.config.state": state}
+    for profile, count in (counts if counts is not None else {"1g.10gb": 7 * gpus}).items():
+        labels["nvidia.com/mig-%s.count" % profile] = str(count)
+    labels.update(extra)
+    if allocatable is None:
+        allocatable = {"nvidia.com/mig-1g.10gb": str(7 * gpus)}
+    return node(name, labels, allocatable)
+
+
+def pod(name, resources, node_name=None, phase="Running"):
+    return {"metadata": {"name": name, "namespace": "ml"},
+            "spec": {"nodeName": node_name, "containers": [{"resources": {"limits": resources}}]},
+            "status": {"phase": phase}}
+
+
+def samples(node_name, instances, model=H100, gpu=0):
+    """instances: [(gi_id, profile, engine, fb_used, pod)]"""
+    out = []
+    for gi_id, profile, engine, fb_used, holder in instances:
+        for metric, value in ((report.METRIC_ENGINE, engine), (report.METRIC_FB_USED, fb_used)):
+            out.append({"node": node_name, "gpu": gpu, "gi_id": gi_id, "profile": profile, "model": model,
+                        "metric": metric, "value": value, "pod": holder})
+    return out
+
+
+def build(nodes, pods=(), metrics=None, **options):
+    built = report.build_report(nodes, list(pods), metrics=metrics, now=NOW,
+                                metrics_source="prometheus" if metrics else "none", options=options or None)
+    jsonschema.validate(json.loads(json.dumps(built)), report.REPORT_SCHEMA)
+    return built
+
+
+def kinds(built, node_name=None):
+    return sorted(f["kind"] for f in built["findings"] if node_name is None or f["node"] == node_name)
+
+
+def test_consistent_node_has_no_findings():
+    built = build([h100("ok")], metrics=samples("ok", [(7 + i, "1g.10gb", 0.5, 1000.0, None) for i in range(7)]))
+    assert built["findings"] == []
+    assert [s["state"] for s in built["nodes"][0]["gpus"][0]["slices"]] == ["free"] * 7
+
+
+def test_drift_allocatable_gfd_and_hardware():
+    stale = h100("stale", allocatable={"nvidia.com/mig-1g.10gb": "3"})
+    built = build([stale])
+    assert kinds(built) == ["drift"] and "allocatable" in built["findings"][0]["message"]
+
+    gfd = build([h100("gfd", counts={"2g.20gb": 3})])
+    assert any("GFD labels" in f["message"] for f in gfd["findings"])
+
+    hardware = build([h100("hw")], metrics=samples("hw", [(1, "3g.40gb", 0.0, 0.0, None)]))
+    found = [f for f in hardware["findings"] if "hardware holds" in f["message"]]
+    assert found and found[0]["details"]["hardware"] == {"3g.40gb": 1} and found[0]["severity"] == "error"
+
+
+def test_drift_is_not_reported_while_a_change_is_pending():
+    built = build([h100("busy", state="pending", allocatable={})], stuck_after_s=3600)
+    assert "drift" not in kinds(built)
+
+
+def test_stuck_thresholds_failed_and_paused_operands():
+    fresh = build([h100("fresh", state="pending")], stuck_after_s=3600)
+    assert kinds(fresh) == []
+    old = build([h100("old", state="pending")], stuck_after_s=30)
+    assert kinds(old) == ["stuck"] and "60s" in old["findings"][0]["message"]
+    failed = build([h100("bad", state="failed")])
+    assert kinds(failed) == ["stuck"]
+    paused = build([h100("paused", **{"nvidia.com/gpu.deploy.gpu-feature-discovery": "paused-for-mig-change"})])
+    assert "operands left paused" in paused["findings"][0]["message"]
+    assert paused["nodes"][0]["state_seconds"] == 60
+
+
+def test_idle_needs_a_holder_and_low_activity():
+    metrics = samples("n", [(7, "1g.10gb", 0.01, 2000.0, "ml/a"), (8, "1g.10gb", 0.9, 8000.0, "ml/b")] +
+                      [(9 + i, "1g.10gb", 0.0, 0.0, None) for i in range(5)])
+    pods = [pod("a", {"nvidia.com/mig-1g.10gb": "1"}, "n"), pod("b", {"nvidia.com/mig-1g.10gb": "1"}, "n")]
+    built = build([h100("n")], pods, metrics, idle_below=0.05)
+    idle = [f for f in built["findings"] if f["kind"] == "idle"]
+    assert [f["details"]["pod"] for f in idle] == ["ml/a"]
+    totals = built["totals"]["per_resource"]["nvidia.com/mig-1g.10gb"]
+    assert totals == {"allocatable": 7, "requested": 2, "idle_allocated": 1, "free": 5}
+
+
+def test_pods_matched_by_request_without_exporter_pod_labels():
+    finished = pod("done", {"nvidia.com/mig-1g.10gb": "1"}, "n", phase="Succeeded")
+    pods = [pod("a", {"nvidia.com/mig-1g.10gb": "2"}, "n"), finished]
+    built = build([h100("n")], pods)
+    held = [s for s in built["nodes"][0]["gpus"][0]["slices"] if s["pod"]]
+    assert [(s["pod"], s["pod_mapping"], s["state"]) for s in held] == [("ml/a", "by-request", "allocated")] * 2
+    assert built["nodes"][0]["requested"] == {"nvidia.com/mig-1g.10gb": 2}
+
+
+def test_unallocatable_demand_and_suggestion_checked_with_the_planner():
+    waiting = pod("w", {"nvidia.com/mig-3g.40gb": "1"}, None, phase="Pending")
+    fits = pod("x", {"nvidia.com/mig-1g.10gb": "1"}, None, phase="Pending")
+    metrics = samples("n", [(7 + i, "1g.10gb", 0.3, 1000.0, "ml/h" if i == 0 else None) for i in range(7)])
+    built = build([h100("n")], [waiting, fits, pod("h", {"nvidia.com/mig-1g.10gb": "1"}, "n")], metrics)
+    unallocatable = [f for f in built["findings"] if f["kind"] == "unallocatable"]
+    assert [f["details"]["pod"] for f in unallocatable] == ["ml/w"]
+    suggestion = next(f for f in built["findings"] if f["kind"] == "suggestion")
+    assert suggestion["node"] == "n" and suggestion["details"]["feasible"] is True
+    layout = suggestion["details"]["gpus"][0]["mig_devices"]
+    assert layout["3g.40gb"] == 1 and layout["1g.10gb"] >= 1
+    config = suggestion["details"]["mig_parted_config"]["mig-configs"]["gpufleet-suggested"]
+    assert config[0]["devices"] == [0] and config[0]["mig-devices"] == layout
+
+
+def test_no_suggestion_without_evidence():
+    built = build([h100("n")], metrics=samples("n", [(7 + i, "1g.10gb", 0.0, 0.0, None) for i in range(7)]))
+    assert "suggestion" not in kinds(built)

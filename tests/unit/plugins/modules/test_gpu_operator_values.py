@@ -1,0 +1,35 @@
+"""gpu_operator_values end to end: it reads no cluster, so the whole module runs here (its logic is unit-tested in
+module_utils/operator/test_values.py)."""
+
+from .module_runner import run_module, warnings
+
+
+def test_values_configmaps_and_patch_from_the_settings(tmp_path):
+    config = {"version": "v1", "mig-configs": {
+        "all-1g": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}}
+    result = run_module(tmp_path, "gpu_operator_values", namespace="gpu", mig_strategy="mixed", mig_with_reboot=True,
+                        mig_config=config, gpu_models=["NVIDIA H100 80GB HBM3"])
+    assert not result.get("failed") and result["changed"] is False
+    assert result["values"]["mig"] == {"strategy": "mixed"}
+    assert result["values"]["migManager"]["env"] == [{"name": "WITH_REBOOT", "value": "true"}]
+    assert result["mig_config_names"] == ["all-1g"]
+    assert [c["metadata"]["namespace"] for c in result["configmaps"]] == ["gpu"]
+    assert "all-1g" in result["configmaps"][0]["data"]["config.yaml"]
+
+
+def test_every_problem_is_reported_at_once_before_any_change(tmp_path):
+    result = run_module(tmp_path, "gpu_operator_values", mig_strategy="dynamic",
+                        mig_config={"version": "v1", "mig-configs": {
+                            "typo": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.7gb": 1}}]}},
+                        gpu_models=["NVIDIA H100 80GB HBM3"])
+    assert result["failed"] and result["msg"].startswith("GPU Operator settings rejected before any change: ")
+    assert len(result["problems"]) == 2
+    assert any("mig_strategy 'dynamic'" in p for p in result["problems"])
+    assert any("profile 1g.7gb exists on no GPU model" in p for p in result["problems"])
+
+
+def test_mig_config_without_models_is_checked_for_syntax_only_with_a_warning(tmp_path):
+    config = {"version": "v1", "mig-configs": {"a": [{"devices": "all", "mig-enabled": False}]}}
+    result = run_module(tmp_path, "gpu_operator_values", mig_config=config)
+    assert not result.get("failed")
+    assert any("checked for syntax only" in w for w in warnings(result))
