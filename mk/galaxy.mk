@@ -6,8 +6,9 @@ COLLECTION_TARBALL := build/gpufleet-gpu_operator-$(COLLECTION_VERSION).tar.gz
 .PHONY: galaxy-import
 
 galaxy-import: build ## galaxy-importer on the built collection (fails on any import error or ERROR line)
-	GALAXY_IMPORTER_CONFIG=$(CURDIR)/galaxy-importer.cfg $(BIN)/python -m galaxy_importer.main $(COLLECTION_TARBALL) \
-	  > build/galaxy-import.log 2>&1 || { cat build/galaxy-import.log; exit 1; }
+	# Run in build/: the importer writes importer_result.json to its working directory.
+	cd build && GALAXY_IMPORTER_CONFIG=$(CURDIR)/galaxy-importer.cfg $(CURDIR)/$(BIN)/python -m galaxy_importer.main \
+	  $(notdir $(COLLECTION_TARBALL)) > galaxy-import.log 2>&1 || { cat galaxy-import.log; exit 1; }
 	@grep -E '^(WARNING|ERROR)' build/galaxy-import.log || true
 	@! grep -q '^ERROR' build/galaxy-import.log
 	@echo "[galaxy-import] $(COLLECTION_TARBALL) imports cleanly (log: build/galaxy-import.log)"
