@@ -177,6 +177,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
     api_error_message,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import unschedulable
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.drain import (
     DrainError,
     NodeDrainer,
@@ -193,7 +194,7 @@ def _diff(before, after):
 def run(module, drainer):
     state = module.params["state"]
     node = drainer.read_node()
-    before = bool((node.get("spec") or {}).get("unschedulable"))
+    before = unschedulable(node)
     if state == "uncordoned":
         patch, outcome = uncordon_patch(node)
         after = before if outcome != "uncordoned" else False
