@@ -58,6 +58,7 @@ RESOURCE_GPU_SHARED = RESOURCE_GPU + SHARED_SUFFIX
 # A renamed resource keeps the vendor prefix and the kind (nvidia.com/gpu.<name>, nvidia.com/mig-...).
 GPU_RESOURCE_PREFIXES = (RESOURCE_GPU, RESOURCE_MIG_PREFIX)
 GPU_RUNTIME_CLASSES = ("nvidia",)  # the GPU Operator's RuntimeClass
+GPU_TAINT_KEY = RESOURCE_GPU  # the taint key GPU nodes commonly carry (nvidia.com/gpu:NoSchedule)
 
 # -- product label forms -----------------------------------------------------------------------------------
 PRODUCT_MIG_INFIX = "-MIG-"

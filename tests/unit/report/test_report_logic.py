@@ -6,6 +6,7 @@ import json
 import jsonschema
 import pytest
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import is_gpu_node
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import build as report
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import metrics as dcgm_metrics
@@ -73,7 +74,7 @@ def test_node_summary_reads_gfd_operator_and_mig_manager_labels():
                                                    "nvidia.com/gpu.count": "14", "nvidia.com/mig.strategy": "single"}))
     assert single["model"] == "NVIDIA-A100-SXM4-40GB" and single["mig_devices"] == {"1g.5gb": 14}
     assert cluster_facts.group_safe("NVIDIA-H100-80GB-HBM3") == "nvidia_h100_80gb_hbm3"
-    assert not cluster_facts.is_gpu_node({"metadata": {"name": "cpu", "labels": {}}, "status": {}})
+    assert not is_gpu_node({"metadata": {"name": "cpu", "labels": {}}, "status": {}})
 
 
 def test_consistent_node_has_no_findings():
