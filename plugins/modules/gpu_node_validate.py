@@ -93,6 +93,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
     api_error_message,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_GPU
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.node import validate_node
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import list_operand_pods, read_cluster_policy
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import (
@@ -142,7 +143,7 @@ def main():
                 checked["problems"].insert(0, "ClusterPolicy cluster-policy not found")
             if entry.get("hardware_error"):
                 checked["problems"].append("hardware not readable on the host: %s" % entry["hardware_error"])
-            results[name] = {"problems": checked["problems"], "smoke_resources": checked["smoke_resources"] or ["nvidia.com/gpu"],
+            results[name] = {"problems": checked["problems"], "smoke_resources": checked["smoke_resources"] or [RESOURCE_GPU],
                              "product": checked["summary"]["model"], "summary": checked["summary"],
                              "hardware_checked": entry.get("hardware") is not None}
         problems.extend("%s: %s" % (name, problem) for problem in results[name]["problems"])

@@ -91,6 +91,12 @@ def deploy_label(operand):
     return DEPLOY_LABEL_PREFIX + operand
 
 
+def short_resource_name(name):
+    """A resource name without the vendor prefix, for tables: ``nvidia.com/mig-1g.10gb`` -> ``mig-1g.10gb``."""
+    text = str(name)
+    return text[len(VENDOR_PREFIX):] if text.startswith(VENDOR_PREFIX) else text
+
+
 def is_gpu_resource(name):
     """``nvidia.com/gpu``, its shared/renamed forms (``nvidia.com/gpu.shared``) and ``nvidia.com/mig-*``."""
     return isinstance(name, str) and name.startswith(GPU_RESOURCE_PREFIXES)
@@ -284,12 +290,12 @@ def node_gpu_allocatable(node, keep_zero=True):
 
 def is_gpu_node(node):
     """A node with GPUs: labelled ``gpu.present=true`` by the operator, labelled by GFD (``gpu.product``),
-    or advertising a GPU resource in its capacity (a standalone device plugin, or before the operator has
-    labelled it)."""
+    or with a GPU resource in its capacity (a standalone device plugin, or before the operator has labelled
+    it; kubelet keeps the resource at 0 while the device plugin is down)."""
     labels = labels_of(node)
     if labels.get(LABEL_GPU_PRESENT) == "true" or LABEL_PRODUCT in labels:
         return True
-    return bool(node_gpu_capacity(node, keep_zero=False))
+    return bool(node_gpu_capacity(node))
 
 
 def node_condition(node, kind):

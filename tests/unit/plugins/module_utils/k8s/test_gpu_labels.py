@@ -178,7 +178,7 @@ def test_node_allocatable_views():
     ({}, {"nvidia.com/gpu": "8"}, True),
     ({}, {"nvidia.com/gpu.shared": "8"}, True),  # time-sliced, renamed: still a GPU node
     ({}, {"nvidia.com/mig-1g.10gb": "7"}, True),
-    ({}, {"nvidia.com/gpu": "0"}, False),  # kubelet keeps a resource no longer advertised at 0
+    ({}, {"nvidia.com/gpu": "0"}, True),  # device plugin down: kubelet keeps the resource at 0
     ({"nvidia.com/gpu.present": "false"}, {"cpu": "4"}, False),
     ({}, {}, False),
 ])
