@@ -121,7 +121,8 @@ def assess(cluster_policy, nodes, pods, wanted_nodes=None):
     """Readiness of the whole operator.
 
     ``wanted_nodes``: names that must be GPU nodes (the inventory's); None means every GPU node
-    (``gpu_labels.is_gpu_node``: labelled gpu.present=true or by GFD, or advertising GPU resources). Returns a dict with ``ready`` (bool), ``state``
+    (``gpu_labels.is_gpu_node``: labelled gpu.present=true or by GFD, or advertising GPU resources).
+    Returns a dict with ``ready`` (bool), ``state``
     (ClusterPolicy status.state or a reason), ``nodes`` {node: {operand: status}} and
     ``not_ready`` ["node: operand (reason)", ...].
     """
