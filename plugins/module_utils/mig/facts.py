@@ -15,6 +15,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import c
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import UnknownModelError
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import canonical_profile_name
 
+
 def hardware_from_gfd_labels(labels, allocatable=None, node_name=None):
     """hardware dict for plan.plan_node built from GFD labels (and, optionally, allocatable).
 

@@ -57,7 +57,7 @@ def test_verification_compares_gpu_resources_only_and_names_the_difference():
     assert node_gpu_allocatable(node, keep_zero=False) == {"nvidia.com/mig-1g.10gb": 14}
     assert node_step.resource_mismatches({"nvidia.com/mig-1g.10gb": 14}, node_gpu_allocatable(node, keep_zero=False)) == []
     problems = node_step.resource_mismatches({"nvidia.com/mig-1g.10gb": 16, "nvidia.com/mig-2g.20gb": 8},
-                                            node_gpu_allocatable(node, keep_zero=False))
+                                             node_gpu_allocatable(node, keep_zero=False))
     assert problems == ["allocatable nvidia.com/mig-1g.10gb is 14, plan says 16",
                         "allocatable nvidia.com/mig-2g.20gb is 0, plan says 8"]
     assert node_step.label_mismatches({"nvidia.com/gpu.count": "4"}, {"nvidia.com/gpu.count": "4"}) == []
