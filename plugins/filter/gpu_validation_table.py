@@ -37,10 +37,12 @@ _value:
   elements: str
 """
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import short_resource_name
+
 
 def _resources(summary):
     allocatable = (summary or {}).get("allocatable") or {}
-    return " ".join("%s=%s" % (name.replace("nvidia.com/", ""), count) for name, count in sorted(allocatable.items()) if count) or "-"
+    return " ".join("%s=%s" % (short_resource_name(name), count) for name, count in sorted(allocatable.items()) if count) or "-"
 
 
 def validation_rows(checks, smoke=None):

@@ -143,6 +143,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
     last_call,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import is_gpu_node
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import (
     describe_error,
     is_kube_error,
@@ -210,7 +211,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         include_cpu = self.get_option("include_cpu_nodes")
         nodes = []
         for node in listing.get("items") or []:
-            if cluster_facts.is_gpu_node(node):
+            if is_gpu_node(node):
                 nodes.append(cluster_facts.node_summary(node))
             elif include_cpu:
                 nodes.append({"node_name": node["metadata"]["name"], "cpu_only": True})

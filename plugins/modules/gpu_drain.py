@@ -169,6 +169,7 @@ uncordon:
 import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import unschedulable
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.drain import (
     DrainError,
     NodeDrainer,
@@ -185,7 +186,7 @@ def _diff(before, after):
 def run(module, drainer):
     state = module.params["state"]
     node = drainer.read_node()
-    before = bool((node.get("spec") or {}).get("unschedulable"))
+    before = unschedulable(node)
     if state == "uncordoned":
         patch, outcome = uncordon_patch(node)
         after = before if outcome != "uncordoned" else False

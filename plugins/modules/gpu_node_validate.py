@@ -87,6 +87,7 @@ problems:
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_GPU
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.node import validate_node
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import list_operand_pods, read_cluster_policy
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import (
@@ -122,7 +123,7 @@ def validate(module):
                 checked["problems"].insert(0, "ClusterPolicy cluster-policy not found")
             if entry.get("hardware_error"):
                 checked["problems"].append("hardware not readable on the host: %s" % entry["hardware_error"])
-            results[name] = {"problems": checked["problems"], "smoke_resources": checked["smoke_resources"] or ["nvidia.com/gpu"],
+            results[name] = {"problems": checked["problems"], "smoke_resources": checked["smoke_resources"] or [RESOURCE_GPU],
                              "product": checked["summary"]["model"], "summary": checked["summary"],
                              "hardware_checked": entry.get("hardware") is not None}
         problems.extend("%s: %s" % (name, problem) for problem in results[name]["problems"])

@@ -30,7 +30,8 @@ options:
   nodes:
     description:
       - Names of the nodes that must be ready GPU nodes (for example the inventory's C(gpu_nodes)).
-      - When omitted, every node labelled C(nvidia.com/gpu.present=true) is checked.
+      - When omitted, every GPU node is checked - labelled C(nvidia.com/gpu.present=true) or by GPU Feature
+        Discovery (C(nvidia.com/gpu.product)), or advertising a GPU resource.
     type: list
     elements: str
   wait:

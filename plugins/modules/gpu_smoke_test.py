@@ -14,8 +14,8 @@ short_description: Run one nvidia-smi pod per node and GPU resource, check what 
 version_added: 0.1.0
 description:
   - For each entry of O(targets) creates a pod pinned to the node (through the scheduler, so the node's
-    allocatable is really exercised) that requests one unit of each listed resource (C(nvidia.com/gpu) or a
-    mixed-strategy C(nvidia.com/mig-<profile>)) and runs O(command).
+    allocatable is really exercised) that requests one unit of each listed resource (C(nvidia.com/gpu), a
+    mixed-strategy C(nvidia.com/mig-<profile>), or their time-sliced C(.shared) forms) and runs O(command).
   - Waits for every pod to finish, reads the container's termination message or, when empty, its logs, and
     checks that it lists exactly one device of the kind requested on a GPU of the node's model.
   - Deletes every pod it created, whatever happened. Leaves nothing behind, so it reports C(changed=false).
@@ -105,6 +105,7 @@ import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_GPU, is_gpu_resource
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.smoke import (
     check_output,
@@ -203,9 +204,10 @@ def smoke_plans(module):
     """One pod per target node and resource; a resource that is no GPU resource fails before any change."""
     params, plans = module.params, []
     for target in params["targets"]:
-        for resource in target["resources"] or ["nvidia.com/gpu"]:
-            if resource != "nvidia.com/gpu" and not resource.startswith("nvidia.com/mig-"):
-                module.fail_json(msg="node %s: %r is not nvidia.com/gpu or a nvidia.com/mig-<profile> resource" % (target["node"], resource))
+        for resource in target["resources"] or [RESOURCE_GPU]:
+            if not is_gpu_resource(resource):
+                module.fail_json(msg="node %s: %r is not a GPU resource (nvidia.com/gpu, nvidia.com/mig-<profile> or their "
+                                     ".shared forms)" % (target["node"], resource))
             plans.append({"node": target["node"], "resource": resource, "product": target.get("product"),
                           "manifest": pod_manifest(target["node"], resource, params["namespace"], params["image"],
                                                    params["command"], params["runtime_class_name"])})
@@ -227,7 +229,7 @@ def main():
     module = KubeModule(dict(
         targets=dict(type="list", elements="dict", required=True, options=dict(
             node=dict(type="str", required=True),
-            resources=dict(type="list", elements="str", default=["nvidia.com/gpu"]),
+            resources=dict(type="list", elements="str", default=[RESOURCE_GPU]),
             product=dict(type="str"),
         )),
         strategy=dict(type="str", choices=["none", "single", "mixed"], default="mixed"),

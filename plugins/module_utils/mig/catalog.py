@@ -14,6 +14,7 @@ __metaclass__ = type
 import copy
 import re
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import gpu_labels
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog_data
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError, UnknownModelError
 
@@ -137,17 +138,8 @@ def model_from_gfd_product(product_label):
     GFD writes the NVML name with whitespace turned into ``-`` and may append ``-MIG-<profile>``
     (single strategy), ``-MIG-INVALID`` or ``-SHARED`` (NVIDIA/k8s-device-plugin internal/lm/mig-strategy.go, resource.go).
     """
-    if not product_label:
-        return None
-    base = re.sub(r"-SHARED$", "", str(product_label))
-    base = re.sub(r"-MIG-.*$", "", base)
-    return get_model(name=base)
-
-
-def gfd_product_name(model_name):
-    """The ``nvidia.com/gpu.product`` value GFD derives from an NVML name (§6.1)."""
-    cleaned = re.sub(r"[^A-Za-z0-9\-_. ]", "", model_name)
-    return re.sub(r"\s+", "-", cleaned.strip())
+    base = gpu_labels.model_from_product(product_label)
+    return get_model(name=base) if base else None
 
 
 def find_profile(model, profile_name):

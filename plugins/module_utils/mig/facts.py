@@ -9,14 +9,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
-import re
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import gpu_labels
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError, UnknownModelError
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import canonical_profile_name
-
-_MIXED_COUNT = re.compile(r"^nvidia\.com/mig-(?P<profile>.+)\.count$")
-
 
 # GPUs whose NVML GPU-instance profile counts are not to be trusted, by PCI device id. mig-parted
 # hard-codes the A30's profile table because "NVML has a bug that reports incorrect profiles for this
@@ -49,13 +46,6 @@ def trusted_live_profiles(gpu):
     return profiles
 
 
-def _int(value):
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return None
-
-
 def hardware_from_gfd_labels(labels, allocatable=None, node_name=None):
     """hardware dict for plan.plan_node built from GFD labels (and, optionally, allocatable).
 
@@ -65,26 +55,25 @@ def hardware_from_gfd_labels(labels, allocatable=None, node_name=None):
     per node (``node_current``), not per GPU. Raises UnknownModelError naming the node and product.
     """
     labels = labels or {}
-    product = labels.get("nvidia.com/gpu.product")
+    product = labels.get(gpu_labels.LABEL_PRODUCT)
     model = catalog.model_from_gfd_product(product)
     where = " on node %s" % node_name if node_name else ""
     if model is None:
         raise UnknownModelError("GPU product label %r%s is not in the built-in MIG catalog (known: %s)"
                                 % (product, where, ", ".join(catalog.model_names())))
-    strategy = labels.get("nvidia.com/mig.strategy", "none")
-    count_label = _int(labels.get("nvidia.com/gpu.count"))
+    strategy = labels.get(gpu_labels.LABEL_MIG_STRATEGY, "none")
+    count_label = gpu_labels.to_int(labels.get(gpu_labels.LABEL_COUNT))
     node_current = {}
     estimated = False
     mig_enabled = False
     if strategy == "mixed":
-        for key, value in labels.items():
-            match = _MIXED_COUNT.match(key)
-            if match and _int(value):
-                node_current[canonical_profile_name(match.group("profile"))] = _int(value)
+        for profile, devices in gpu_labels.mixed_mig_counts(labels).items():
+            if devices:
+                node_current[canonical_profile_name(profile)] = devices
         mig_enabled = bool(node_current)
         count = count_label
-    elif strategy == "single" and product and "-MIG-" in product and not product.endswith("-MIG-INVALID"):
-        profile = canonical_profile_name(product.split("-MIG-", 1)[1])
+    elif strategy == "single" and gpu_labels.single_mig_profile(product):
+        profile = canonical_profile_name(gpu_labels.single_mig_profile(product))
         devices = count_label or 0
         node_current[profile] = devices
         info = catalog.find_profile(model, profile)
@@ -95,10 +84,10 @@ def hardware_from_gfd_labels(labels, allocatable=None, node_name=None):
     else:
         count = count_label
     if count is None and allocatable:
-        count = _int(allocatable.get("nvidia.com/gpu"))
+        count = gpu_labels.to_int(allocatable.get(gpu_labels.RESOURCE_GPU))
     if count is None:
-        raise UnknownModelError("cannot tell how many GPUs node%s has: no usable nvidia.com/gpu.count label"
-                                % (" " + node_name if node_name else ""))
+        raise UnknownModelError("cannot tell how many GPUs node%s has: no usable %s label"
+                                % (" " + node_name if node_name else "", gpu_labels.LABEL_COUNT))
     gpus = [{
         "index": i,
         "name": model["name"],

@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import collections
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import gpu_labels
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog, placement, resolve
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import (
@@ -256,18 +257,18 @@ def expected_resources(plan, strategy):
     _check_strategy(strategy)
     enabled = [e for e in plan["gpus"] if e["mig_enabled"]]
     if strategy == "none" or not enabled:
-        return {"nvidia.com/gpu": len(plan["gpus"])}
+        return {gpu_labels.RESOURCE_GPU: len(plan["gpus"])}
     if strategy == "single":
         if strategy_conflict(plan, strategy):
-            return {"nvidia.com/gpu": 0}
-        return {"nvidia.com/gpu": sum(sum(_gi_counts(e).values()) for e in enabled)}
+            return {gpu_labels.RESOURCE_GPU: 0}
+        return {gpu_labels.RESOURCE_GPU: sum(sum(_gi_counts(e).values()) for e in enabled)}
     resources = collections.Counter()
     for entry in plan["gpus"]:
         if entry["mig_enabled"]:
             for profile, count in _gi_counts(entry).items():
                 resources[resource_name(profile)] += count
         else:
-            resources["nvidia.com/gpu"] += 1
+            resources[gpu_labels.RESOURCE_GPU] += 1
     return dict(resources)
 
 
@@ -280,29 +281,30 @@ def expected_gfd_labels(plan, strategy):
     """
     _check_strategy(strategy)
     models = [e["model"] for e in plan["gpus"]]
-    product = catalog.gfd_product_name(models[0]) if models else ""
+    product = gpu_labels.product_label(models[0]) if models else ""
     labels = {}
     enabled = [e for e in plan["gpus"] if e["mig_enabled"]]
     if strategy != "none":
-        labels["nvidia.com/mig.strategy"] = strategy
+        labels[gpu_labels.LABEL_MIG_STRATEGY] = strategy
     if strategy == "none" or not enabled:
-        labels.update({"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(len(plan["gpus"]))})
+        labels.update({gpu_labels.LABEL_PRODUCT: product, gpu_labels.LABEL_COUNT: str(len(plan["gpus"]))})
         return labels
     if strategy == "single":
         if strategy_conflict(plan, strategy):
-            labels.update({"nvidia.com/gpu.product": product + "-MIG-INVALID", "nvidia.com/gpu.count": "0"})
+            labels.update({gpu_labels.LABEL_PRODUCT: product + gpu_labels.PRODUCT_MIG_INFIX + gpu_labels.PRODUCT_MIG_INVALID,
+                           gpu_labels.LABEL_COUNT: "0"})
             return labels
         profile = list(_gi_counts(enabled[0]))[0]
         labels.update({
-            "nvidia.com/gpu.product": catalog.gfd_product_name("%s-MIG-%s" % (models[0], profile)),
-            "nvidia.com/gpu.count": str(sum(sum(_gi_counts(e).values()) for e in enabled)),
+            gpu_labels.LABEL_PRODUCT: gpu_labels.product_label("%s%s%s" % (models[0], gpu_labels.PRODUCT_MIG_INFIX, profile)),
+            gpu_labels.LABEL_COUNT: str(sum(sum(_gi_counts(e).values()) for e in enabled)),
         })
         return labels
     counts = collections.Counter()
     for entry in enabled:
         counts.update(_gi_counts(entry))
     for profile, count in counts.items():
-        labels["nvidia.com/mig-%s.count" % profile_to_config_suffix(profile)] = str(count)
+        labels[gpu_labels.mig_count_label(profile_to_config_suffix(profile))] = str(count)
     return labels
 
 

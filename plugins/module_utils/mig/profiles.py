@@ -17,6 +17,7 @@ import collections
 import math
 import re
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_MIG_PREFIX
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import ProfileNameError
 
 ATTRIBUTES = ("me.all", "me", "gfx")  # longest first so "me.all" wins over "me"
@@ -80,7 +81,7 @@ def canonical_profile_name(text):
     if not isinstance(text, str):
         raise ProfileNameError("%r is not a MIG profile name: expected a string like 1g.10gb" % (text,))
     name = text.strip()
-    for prefix in ("nvidia.com/mig-", "MIG ", "all-"):
+    for prefix in (RESOURCE_MIG_PREFIX, "MIG ", "all-"):
         if name.startswith(prefix):
             name = name[len(prefix):]
     match = re.match(r"^((?:[0-9]+c\.)?[0-9]+g\.[0-9]+gb)\.(me\.all|me|gfx)$", name)
@@ -106,7 +107,7 @@ def config_name_for(name):
 
 def resource_name(name):
     """Extended resource the device plugin advertises under the mixed strategy."""
-    return "nvidia.com/mig-" + profile_to_config_suffix(name)
+    return RESOURCE_MIG_PREFIX + profile_to_config_suffix(name)
 
 
 def is_base_profile(name):

@@ -12,9 +12,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
-PAUSED = "paused-for-mig-change"  # MIG Manager's pause value (§3.5)
-LABEL_GPU_PRESENT = "nvidia.com/gpu.present"  # set by the operator on GPU nodes (§3.7)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import (
+    LABEL_GPU_PRESENT,
+    PAUSED_VALUE,
+    deploy_label,
+    is_gpu_node,
+    labels_of,
+)
 
 # operand -> (pod label app=, ClusterPolicy spec key holding 'enabled', enabled when the key is absent)
 OPERANDS = (
@@ -47,21 +51,16 @@ def enabled_operands(cluster_policy):
     return enabled
 
 
-def is_gpu_node(node):
-    labels = node.get("metadata", {}).get("labels") or {}
-    return labels.get(LABEL_GPU_PRESENT) == "true"
-
-
 def expected_operands(node, operands):
     """Operands that should run on this node: enabled and deploy label 'true' or paused.
 
     The operator labels every GPU node for the container operands; mig-manager only MIG-capable ones
     (§3.7). A label an admin set to 'false' means "not here" and is honoured.
     """
-    labels = node.get("metadata", {}).get("labels") or {}
+    labels = labels_of(node)
     expected = {}
     for name in operands:
-        value = labels.get(DEPLOY_PREFIX + name)
+        value = labels.get(deploy_label(name))
         if name == "mig-manager" and value is None:
             continue  # not MIG-capable: the operator does not set this label
         if value == "false":
@@ -103,10 +102,10 @@ def node_report(node, operands, pods):
     report = {}
     for operand, label in sorted(expected_operands(node, operands).items()):
         if label is None:
-            report[operand] = "node not labelled %s%s by the operator" % (DEPLOY_PREFIX, operand)
+            report[operand] = "node not labelled %s by the operator" % deploy_label(operand)
             continue
-        if label == PAUSED:
-            report[operand] = "paused-for-mig-change"
+        if label == PAUSED_VALUE:
+            report[operand] = PAUSED_VALUE
             continue
         candidates = by_app.get(OPERAND_APP[operand]) or []
         if not candidates:
@@ -121,8 +120,9 @@ def node_report(node, operands, pods):
 def assess(cluster_policy, nodes, pods, wanted_nodes=None):
     """Readiness of the whole operator.
 
-    ``wanted_nodes``: names that must be GPU nodes (the inventory's); None means every node
-    labelled nvidia.com/gpu.present=true. Returns a dict with ``ready`` (bool), ``state``
+    ``wanted_nodes``: names that must be GPU nodes (the inventory's); None means every GPU node
+    (``gpu_labels.is_gpu_node``: labelled gpu.present=true or by GFD, or advertising GPU resources).
+    Returns a dict with ``ready`` (bool), ``state``
     (ClusterPolicy status.state or a reason), ``nodes`` {node: {operand: status}} and
     ``not_ready`` ["node: operand (reason)", ...].
     """
@@ -147,12 +147,12 @@ def assess(cluster_policy, nodes, pods, wanted_nodes=None):
         if node is None:
             reports[name] = {"node": "not found in the cluster"}
         elif not is_gpu_node(node):
-            reports[name] = {"node": "not labelled %s=true (no GPU detected by the operator)" % LABEL_GPU_PRESENT}
+            reports[name] = {"node": "no GPU: not labelled %s=true, no GFD labels, no GPU resources" % LABEL_GPU_PRESENT}
         else:
             reports[name] = node_report(node, operands, pods)
         for operand, status in sorted(reports[name].items()):
             if status != "ready":
                 not_ready.append("%s: %s (%s)" % (name, operand, status))
     if cluster_policy is not None and not names:
-        not_ready.append("no GPU node found (none labelled %s=true)" % LABEL_GPU_PRESENT)
+        not_ready.append("no GPU node found (none labelled %s=true or by GFD, none advertising GPUs)" % LABEL_GPU_PRESENT)
     return {"ready": not not_ready, "state": state, "operands": operands, "nodes": reports, "not_ready": not_ready}

@@ -15,6 +15,8 @@ __metaclass__ = type
 import copy
 import re
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_GPU, parse_resource
+
 MIG_STRATEGIES = ("none", "single", "mixed")  # ClusterPolicy spec.mig.strategy enum (§2)
 MIG_DEFAULT_CONFIGS = ("all-disabled", "")  # CRD enum of spec.migManager.config.default (§2)
 MIG_CONFIG_KEY = "config.yaml"  # a custom MIG ConfigMap must hold this key (§1.2)
@@ -44,7 +46,7 @@ _DP_TOP_LEVEL = frozenset(("version", "flags", "resources", "sharing", "imex"))
 _DP_SHARING = frozenset(("timeSlicing", "mps"))
 _DP_SHARING_FIELDS = frozenset(("renameByDefault", "failRequestsGreaterThanOne", "resources"))
 _DP_RESOURCE_FIELDS = frozenset(("name", "replicas", "rename", "devices"))
-_SHAREABLE_RESOURCE = re.compile(r"^nvidia\.com/(gpu|mig-[0-9]+g\.[0-9]+gb([.+-][a-z.]+)?)$")
+_MIG_RESOURCE_PROFILE = re.compile(r"^[0-9]+g\.[0-9]+gb([.+-][a-z.]+)?$")
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -145,9 +147,11 @@ def device_plugin_config_problems(configs, mig_strategy):
                 if unknown:
                     problems.append("%s has unknown field(s) %s" % (rwhere, ", ".join(unknown)))
                 rname = resource.get("name", "")
-                if not _SHAREABLE_RESOURCE.match(str(rname)):
+                parsed = parse_resource(str(rname))
+                if not parsed or parsed["shared"] or not (
+                        str(rname) == RESOURCE_GPU or _MIG_RESOURCE_PROFILE.match(parsed["profile"] or "")):
                     problems.append("%s.name %r is not nvidia.com/gpu or a nvidia.com/mig-<profile> resource" % (rwhere, rname))
-                elif str(rname).startswith("nvidia.com/mig-") and effective_strategy != "mixed":
+                elif parsed["kind"] == "mig" and effective_strategy != "mixed":
                     # MIG resources exist only under the mixed strategy (§6.3).
                     problems.append("%s shares %s but MIG strategy is %s; MIG resources are advertised only under mixed"
                                     % (rwhere, rname, effective_strategy))

@@ -13,44 +13,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
-
-
-def _quantity(value):
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
-def pod_gpu_requests(pod):
-    """{resource: count} a pod holds: containers summed, init containers as their largest (they run one by one)."""
-    spec = pod.get("spec") or {}
-
-    def of(container):
-        resources = container.get("resources") or {}
-        merged = dict(resources.get("requests") or {})
-        merged.update(resources.get("limits") or {})  # extended resources: limits win (requests must equal them)
-        return dict((k, _quantity(v)) for k, v in merged.items() if k.startswith(GPU_RESOURCE_PREFIXES))
-
-    total = {}
-    for container in spec.get("containers") or []:
-        for name, count in of(container).items():
-            total[name] = total.get(name, 0) + count
-    for container in spec.get("initContainers") or []:
-        for name, count in of(container).items():
-            total[name] = max(total.get(name, 0), count)
-    return dict((k, v) for k, v in total.items() if v)
-
-
-def node_gpu_allocatable(node):
-    allocatable = ((node.get("status") or {}).get("allocatable")) or {}
-    return dict((k, _quantity(v)) for k, v in allocatable.items() if k.startswith(GPU_RESOURCE_PREFIXES))
-
-
-def _key(pod):
-    meta = pod.get("metadata") or {}
-    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import (
+    node_gpu_allocatable,
+    pod_gpu_requests,
+    pod_ref,
+    unschedulable,
+)
 
 
 def eviction_warnings(plans, nodes, pods):
@@ -69,12 +37,12 @@ def eviction_warnings(plans, nodes, pods):
             if entry.get("admin_cordoned"):
                 continue  # stays cordoned after the change: no room for anyone
             capacity_of[name] = dict((k, int(v)) for k, v in (entry.get("expected_resources") or {}).items())
-        elif not (node.get("spec") or {}).get("unschedulable"):
+        elif not unschedulable(node):
             capacity_of[name] = node_gpu_allocatable(node)
     used_on = {}
     wanted, examples = {}, {}
     for pod in pods:
-        key = _key(pod)
+        key = pod_ref(pod)
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
         requests = pod_gpu_requests(pod)

@@ -20,12 +20,17 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
     DeadlineExceeded,
     annotations_of,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import (
+    GPU_RUNTIME_CLASSES,
+    is_gpu_pod,
+    pod_gpu_requests,
+    pod_ref,
+    unschedulable,
+)
 
 # Annotation holding the node's spec.unschedulable as found before our cordon ("true"/"false").
 PRIOR_UNSCHEDULABLE_ANNOTATION = "gpufleet.io/prior-unschedulable"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
-DEFAULT_GPU_RUNTIME_CLASSES = ("nvidia",)
 
 
 class DrainError(Exception):
@@ -38,33 +43,6 @@ class DrainError(Exception):
 
 # -- pure logic ----------------------------------------------------------------------------------------
 
-def pod_ref(pod):
-    meta = pod.get("metadata") or {}
-    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
-
-
-def gpu_resources(pod):
-    """GPU resources a pod asks for: {resource: quantity} over requests and limits of all containers."""
-    found = {}
-    spec = pod.get("spec") or {}
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        resources = container.get("resources") or {}
-        for section in ("limits", "requests"):
-            for name, quantity in (resources.get(section) or {}).items():
-                if name.startswith(GPU_RESOURCE_PREFIXES):
-                    found.setdefault(name, str(quantity))
-    return found
-
-
-def is_gpu_pod(pod, runtime_classes=DEFAULT_GPU_RUNTIME_CLASSES):
-    """A pod uses GPUs when it requests nvidia.com/gpu* or nvidia.com/mig-* or runs under a GPU runtime class
-    (a pod with only ``runtimeClassName: nvidia`` and no request still holds the device:
-    user-pain.md §2.3, NVIDIA/gpu-operator#2570)."""
-    if gpu_resources(pod):
-        return True
-    return (pod.get("spec") or {}).get("runtimeClassName") in tuple(runtime_classes or ())
-
-
 def _owner_kinds(pod):
     return [ref.get("kind") for ref in (pod.get("metadata") or {}).get("ownerReferences") or []]
 
@@ -76,13 +54,13 @@ def _has_emptydir(pod):
 def summarize_pod(pod, reason=None):
     meta = pod.get("metadata") or {}
     out = {"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid"),
-           "gpu_resources": gpu_resources(pod)}
+           "gpu_resources": pod_gpu_requests(pod)}
     if reason:
         out["reason"] = reason
     return out
 
 
-def classify_pods(pods, pod_scope="gpu", runtime_classes=DEFAULT_GPU_RUNTIME_CLASSES, force=False,
+def classify_pods(pods, pod_scope="gpu", runtime_classes=GPU_RUNTIME_CLASSES, force=False,
                   delete_emptydir_data=False):
     """Split a node's pods into what the drain evicts, waits for, leaves alone, and what blocks it.
 
@@ -181,11 +159,11 @@ def blocking_budgets(pods_to_evict, pdbs):
 def cordon_patch(node):
     """The merge patch that cordons ``node`` and records what it found, or None when nothing is needed."""
     annotations = annotations_of(node)
-    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    cordoned = unschedulable(node)
     if PRIOR_UNSCHEDULABLE_ANNOTATION in annotations:
         # We cordoned it earlier (an interrupted run): keep the first record, it holds the admin's state.
-        return None if unschedulable else {"spec": {"unschedulable": True}}
-    return {"metadata": {"annotations": {PRIOR_UNSCHEDULABLE_ANNOTATION: "true" if unschedulable else "false"}},
+        return None if cordoned else {"spec": {"unschedulable": True}}
+    return {"metadata": {"annotations": {PRIOR_UNSCHEDULABLE_ANNOTATION: "true" if cordoned else "false"}},
             "spec": {"unschedulable": True}}
 
 
@@ -207,7 +185,7 @@ def uncordon_patch(node):
 class NodeDrainer(object):
     """Drain one node through ``KubeOps``; every method returns plain data for module results."""
 
-    def __init__(self, ops, node_name, pod_scope="gpu", runtime_classes=DEFAULT_GPU_RUNTIME_CLASSES,
+    def __init__(self, ops, node_name, pod_scope="gpu", runtime_classes=GPU_RUNTIME_CLASSES,
                  force=False, delete_emptydir_data=False, disable_eviction=False, grace_period=None,
                  retry_delay=5.0):
         self.ops = ops
@@ -242,7 +220,7 @@ class NodeDrainer(object):
         plan["blocking_budgets"] = [] if self.disable_eviction else blocking_budgets(evict_pods, pdbs)
         plan["_pdbs"] = pdbs
         plan["_pods"] = by_ref
-        plan["node_unschedulable"] = bool((node.get("spec") or {}).get("unschedulable"))
+        plan["node_unschedulable"] = unschedulable(node)
         plan["cordon_needed"] = cordon_patch(node) is not None
         plan["node"] = node
         return plan

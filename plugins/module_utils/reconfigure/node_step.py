@@ -15,7 +15,18 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.drain import is_gpu_pod, pod_ref
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import (
+    LABEL_MIG_CONFIG as MIG_CONFIG_LABEL,
+    LABEL_MIG_STATE as MIG_STATE_LABEL,
+    LABEL_MIG_STRATEGY as MIG_STRATEGY_LABEL,
+    deploy_label,
+    is_gpu_pod,
+    node_gpu_allocatable,
+    node_ready,
+    paused_deploy_labels,
+    pod_ref,
+    unschedulable,
+)
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
     ApiException,
     DeadlineExceeded,
@@ -23,16 +34,10 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
     labels_of,
 )
 
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
-DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
-PAUSED_VALUE = "paused-for-mig-change"
 MIG_MANAGER_SELECTOR = "app=nvidia-mig-manager"
 # What the node's MIG config label said before we changed it (for rollback), and the target we set.
 PREVIOUS_CONFIG_ANNOTATION = "gpufleet.io/mig-previous-config"
 TARGET_CONFIG_ANNOTATION = "gpufleet.io/mig-target-config"
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 
 
 class MigStepError(Exception):
@@ -104,31 +109,6 @@ def find_config_source(ops, policy, node_name, namespace):
 
 
 # -- node views ----------------------------------------------------------------------------------------------
-
-def gpu_allocatable(node):
-    """{resource: int} of the node's GPU resources (nvidia.com/gpu*, nvidia.com/mig-*), zero entries dropped."""
-    result = {}
-    for name, value in (((node.get("status") or {}).get("allocatable")) or {}).items():
-        if name.startswith(GPU_RESOURCE_PREFIXES):
-            try:
-                count = int(str(value))
-            except ValueError:
-                continue
-            if count:
-                result[name] = count
-    return result
-
-
-def paused_deploy_labels(node):
-    return sorted(k for k, v in labels_of(node).items() if k.startswith(DEPLOY_LABEL_PREFIX) and v == PAUSED_VALUE)
-
-
-def node_ready(node):
-    for condition in ((node.get("status") or {}).get("conditions")) or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
-
 
 def mig_state(node):
     labels = labels_of(node)
@@ -203,7 +183,7 @@ def follow_state(ops, node_name, target, deadline, node=None):
 
 def node_mismatches(node, expected_resources, expected_labels):
     """Where the node's allocatable GPU resources and GFD labels differ from the plan, now ([] = verified)."""
-    return (resource_mismatches(expected_resources, gpu_allocatable(node))
+    return (resource_mismatches(expected_resources, node_gpu_allocatable(node, keep_zero=False))
             + label_mismatches(expected_labels or {}, labels_of(node)))
 
 
@@ -234,9 +214,9 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
         return diagnostics
     diagnostics.update(mig_state(node))
     diagnostics["ready"] = node_ready(node)
-    diagnostics["unschedulable"] = bool((node.get("spec") or {}).get("unschedulable"))
+    diagnostics["unschedulable"] = unschedulable(node)
     diagnostics["paused_deploy_labels"] = paused_deploy_labels(node)
-    diagnostics["gpu_allocatable"] = gpu_allocatable(node)
+    diagnostics["gpu_allocatable"] = node_gpu_allocatable(node, keep_zero=False)
     logs = {}
     gpu_pods = []
     try:
@@ -268,7 +248,7 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
         hints.append("MIG Manager logs could not be read through the API (kubectl logs -n %s %s)" % (
             namespace, ", ".join(sorted(logs))))
     if not logs:
-        hints.append("no MIG Manager pod on %s (is nvidia.com/gpu.deploy.mig-manager=true?)" % node_name)
+        hints.append("no MIG Manager pod on %s (is %s=true?)" % (node_name, deploy_label("mig-manager")))
     if diagnostics["paused_deploy_labels"]:
         hints.append("operands left paused (%s): un-wedge restores them and re-triggers MIG Manager"
                      % ", ".join(diagnostics["paused_deploy_labels"]))

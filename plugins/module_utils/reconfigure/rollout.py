@@ -26,6 +26,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.
     drain_node,
     public_plan,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import node_gpu_allocatable, unschedulable
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
     ApiException,
     annotations_of,
@@ -107,11 +108,10 @@ def plan_one(ctx, ops, node_name, target, hardware=None):
     strategy = ctx.options["strategy"] or node_step.mig_strategy(ctx.policy, node)
     state = node_step.mig_state(node)
     entry.update({"strategy": strategy, "current_config": state["config"], "current_state": state["state"],
-                  "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
+                  "unschedulable": unschedulable(node),
                   "cordoned_by_us": PRIOR_UNSCHEDULABLE_ANNOTATION in annotations,
                   "admin_cordoned": annotations.get(PRIOR_UNSCHEDULABLE_ANNOTATION,
-                                                    "true" if (node.get("spec") or {}).get("unschedulable")
-                                                    else "false") == "true",
+                                                    "true" if unschedulable(node) else "false") == "true",
                   "in_progress_target": annotations.get(node_step.TARGET_CONFIG_ANNOTATION),
                   "previous_config": node_step.previous_config(node)})
     try:
@@ -150,7 +150,7 @@ def plan_one(ctx, ops, node_name, target, hardware=None):
     entry["reboot_expected"] = bool(plan["mode_change_required"] and ctx.with_reboot)
     entry["reset_or_reboot"] = ("reboot" if entry["reboot_expected"] else "GPU reset") if plan["mode_change_required"] \
         else "none (layout only)"
-    verified_now = not node_step.resource_mismatches(expected, node_step.gpu_allocatable(node))
+    verified_now = not node_step.resource_mismatches(expected, node_gpu_allocatable(node, keep_zero=False))
     entry["at_target"] = bool(state["config"] == target and state["state"] == "success" and verified_now
                               and not entry["cordoned_by_us"] and not entry["in_progress_target"])
     entry["half_done"] = bool(entry["cordoned_by_us"] or entry["in_progress_target"])

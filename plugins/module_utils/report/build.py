@@ -16,6 +16,8 @@ __metaclass__ = type
 import collections
 import datetime
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import gpu_labels
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import pod_gpu_requests, pod_ref
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog, placement, plan, profiles
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError, ProfileNameError
@@ -28,11 +30,6 @@ SLICE_STATES = ("free", "busy", "idle", "allocated")  # allocated: held by a pod
 FINDING_KINDS = ("drift", "stuck", "idle", "unallocatable", "suggestion")
 ACTIVE_PHASES = ("Pending", "Running", "Unknown")
 MEMORY_HEADROOM = 1.2  # suggested slice memory >= observed use x this
-
-
-def resource_profile(name):
-    """Profile as it appears in resource and label names: ``1g.10gb+me`` -> ``1g.10gb.me``."""
-    return str(name).replace("+", ".")
 
 
 def _parse_time(text):
@@ -84,29 +81,6 @@ def label_since(node, label):
             if moment and (latest is None or moment > latest):
                 latest = moment
     return latest
-
-
-def pod_gpu_requests(pod):
-    """nvidia.com/gpu and nvidia.com/mig-* the pod asks for (containers summed; init containers as max)."""
-    spec = pod.get("spec") or {}
-    total = collections.Counter()
-    for container in spec.get("containers") or []:
-        resources = container.get("resources") or {}
-        wanted = cluster_facts.gpu_resources(resources.get("limits")) or cluster_facts.gpu_resources(
-            resources.get("requests"))
-        total.update(wanted)
-    for container in spec.get("initContainers") or []:
-        resources = container.get("resources") or {}
-        wanted = cluster_facts.gpu_resources(resources.get("limits")) or cluster_facts.gpu_resources(
-            resources.get("requests"))
-        for name, count in wanted.items():
-            total[name] = max(total[name], count)
-    return dict((k, v) for k, v in total.items() if v)
-
-
-def _pod_ref(pod):
-    meta = pod.get("metadata") or {}
-    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
 
 
 def _model_for(summary, metric_model=None):
@@ -228,7 +202,7 @@ def _assign_pods(gpus, pods, strategy):
     held = set(s["pod"] for g in gpus for s in g["slices"] if s["pod"])
     wanting = collections.defaultdict(list)
     for pod in pods:
-        ref = _pod_ref(pod)
+        ref = pod_ref(pod)
         if ref in held:
             continue
         for resource, count in sorted(pod_gpu_requests(pod).items()):
@@ -237,8 +211,8 @@ def _assign_pods(gpus, pods, strategy):
         for piece in gpu["slices"]:
             if piece["pod"]:
                 continue
-            resource = ("nvidia.com/gpu" if strategy == "single"
-                        else "nvidia.com/mig-" + resource_profile(piece["profile"]))
+            resource = (gpu_labels.RESOURCE_GPU if strategy == "single"
+                        else gpu_labels.mig_resource(piece["profile"]))
             if wanting.get(resource):
                 piece["pod"] = wanting[resource].pop(0)
                 piece["pod_mapping"] = "by-request"
@@ -267,7 +241,9 @@ def _drift_findings(summary, label_plan, gpus, plan_error):
         return findings
     strategy = summary["mig_strategy"] if summary["mig_strategy"] in plan.STRATEGIES else "none"
     expected = dict((k, v) for k, v in plan.expected_resources(label_plan, strategy).items() if v)
-    advertised = dict((k, v) for k, v in summary["allocatable"].items() if v)
+    # Time-sliced/MPS nodes advertise replicas per device, maybe renamed (.shared): compare the devices.
+    advertised = dict((k, v) for k, v in gpu_labels.devices_advertised(summary["allocatable"], summary["labels"]).items()
+                      if v)
     if advertised != expected:
         findings.append(_finding(
             "drift", "warning", name,
@@ -277,7 +253,7 @@ def _drift_findings(summary, label_plan, gpus, plan_error):
             expected=expected, allocatable=advertised))
     label_counts = collections.Counter()
     for entry in label_plan["gpus"]:
-        label_counts.update(dict((resource_profile(p), c) for p, c in entry["target"].items() if c))
+        label_counts.update(dict((gpu_labels.resource_profile(p), c) for p, c in entry["target"].items() if c))
     if strategy == "mixed" and summary["mig_devices"] and dict(summary["mig_devices"]) != dict(label_counts):
         findings.append(_finding(
             "drift", "warning", name,
@@ -286,7 +262,7 @@ def _drift_findings(summary, label_plan, gpus, plan_error):
             "GFD is stale or the layout changed by hand; re-apply the config",
             gfd=summary["mig_devices"], label=dict(label_counts)))
     if gpus and gpus[0]["layout_source"] == "dcgm":
-        hardware = collections.Counter(resource_profile(s["profile"]) for g in gpus for s in g["slices"])
+        hardware = collections.Counter(gpu_labels.resource_profile(s["profile"]) for g in gpus for s in g["slices"])
         if dict(hardware) != dict(label_counts):
             findings.append(_finding(
                 "drift", "error", name,
@@ -319,8 +295,8 @@ def _stuck_findings(summary, since, now, options):
     if summary["deploy_paused"] and (state != "pending" or (age is not None and age > options["stuck_after_s"])):
         findings.append(_finding(
             "stuck", "error", name,
-            "operands left paused-for-mig-change: %s (state %s)" % (", ".join(summary["deploy_paused"]), state),
-            "restore nvidia.com/gpu.deploy.<operand>=true on the node (mig-reconfigure.yml un-wedge does this)",
+            "operands left %s: %s (state %s)" % (gpu_labels.PAUSED_VALUE, ", ".join(summary["deploy_paused"]), state),
+            "restore %s=true on the node (mig-reconfigure.yml un-wedge does this)" % gpu_labels.deploy_label("<operand>"),
             paused=summary["deploy_paused"]))
     return findings
 
@@ -400,7 +376,7 @@ def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_sour
         elif phase == "Pending":
             pending_unscheduled.append(pod)
 
-    gpu_nodes = [n for n in nodes if cluster_facts.is_gpu_node(n)]
+    gpu_nodes = [n for n in nodes if gpu_labels.is_gpu_node(n)]
     summaries = dict((n["metadata"]["name"], cluster_facts.node_summary(n)) for n in gpu_nodes)
     offered = collections.Counter()
     for summary in summaries.values():
@@ -410,15 +386,15 @@ def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_sour
     pending_profiles = []
     for pod in pending_unscheduled:
         for resource, count in pod_gpu_requests(pod).items():
-            if resource.startswith(cluster_facts.RESOURCE_MIG_PREFIX):
-                pending_profiles.extend([resource[len(cluster_facts.RESOURCE_MIG_PREFIX):]] * count)
+            if gpu_labels.resource_mig_profile(resource):
+                pending_profiles.extend([gpu_labels.resource_mig_profile(resource)] * count)
             if offered.get(resource, 0) <= 0:
                 findings.append(_finding(
                     "unallocatable", "error", None,
-                    "pod %s is Pending for %s=%d, which no node offers" % (_pod_ref(pod), resource, count),
+                    "pod %s is Pending for %s=%d, which no node offers" % (pod_ref(pod), resource, count),
                     "change a node's MIG layout to one with this profile (see suggestions), or request a profile "
                     "that exists: offered %s" % (_fmt(dict((k, v) for k, v in offered.items() if v)) or "none"),
-                    pod=_pod_ref(pod), resource=resource, count=count))
+                    pod=pod_ref(pod), resource=resource, count=count))
 
     totals = collections.defaultdict(lambda: {"allocatable": 0, "requested": 0, "idle_allocated": 0, "free": 0})
     for name in sorted(summaries):
@@ -437,7 +413,7 @@ def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_sour
         requested = collections.Counter()
         for pod in node_pods:
             requested.update(pod_gpu_requests(pod))
-        since = label_since(node, cluster_facts.LABEL_MIG_STATE)
+        since = label_since(node, gpu_labels.LABEL_MIG_STATE)
         node_findings = _drift_findings(summary, label_plan, gpus, plan_error)
         node_findings += _stuck_findings(summary, since, now, options)
         for gpu in gpus:
@@ -467,8 +443,8 @@ def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_sour
             totals[resource]["requested"] += count
         for gpu in gpus:
             for piece in gpu["slices"]:
-                key = ("nvidia.com/gpu" if summary["mig_strategy"] == "single"
-                       else "nvidia.com/mig-" + resource_profile(piece["profile"]))
+                key = (gpu_labels.RESOURCE_GPU if summary["mig_strategy"] == "single"
+                       else gpu_labels.mig_resource(piece["profile"]))
                 if piece["state"] == "idle":
                     totals[key]["idle_allocated"] += 1
                 elif piece["state"] == "free":

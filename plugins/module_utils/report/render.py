@@ -10,6 +10,7 @@ __metaclass__ = type
 
 from html import escape
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import short_resource_name
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog
 
 STATE_COLOURS = {"free": "#d0d4da", "busy": "#2e7d32", "idle": "#f2a900", "allocated": "#1565c0"}
@@ -21,7 +22,7 @@ def _percent(value):
 
 
 def _counts(counts):
-    return ", ".join("%s=%s" % (k.replace("nvidia.com/", ""), v) for k, v in sorted(counts.items()) if v) or "-"
+    return ", ".join("%s=%s" % (short_resource_name(k), v) for k, v in sorted(counts.items()) if v) or "-"
 
 
 def _table(headers, rows):
@@ -56,7 +57,7 @@ def render_table(report):
     if rows:
         lines += _table(["NODE", "GPU", "GI", "PROFILE", "STATE", "POD", "ENGINE", "FB USED"], rows)
         lines.append("")
-    rows = [[name.replace("nvidia.com/", ""), t["allocatable"], t["requested"], t["idle_allocated"], t["free"]]
+    rows = [[short_resource_name(name), t["allocatable"], t["requested"], t["idle_allocated"], t["free"]]
             for name, t in sorted(report["totals"]["per_resource"].items())]
     lines += _table(["RESOURCE", "ALLOCATABLE", "REQUESTED", "IDLE-ALLOCATED", "FREE SLICES"], rows)
     lines.append("")

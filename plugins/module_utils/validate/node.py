@@ -14,27 +14,21 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.cluster_facts import (
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import (
     LABEL_COUNT,
     LABEL_MEMORY,
     LABEL_MIG_STRATEGY,
     LABEL_PRODUCT,
     RESOURCE_GPU,
-    RESOURCE_MIG_PREFIX,
-    node_summary,
+    devices_advertised,
+    mig_count_label,
+    mig_resource,
+    parse_resource,
+    product_label,
+    resource_mig_profile,
+    resource_profile,
 )
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
-
-
-def product_label(model):
-    """GFD's product label for a model name: characters outside [A-Za-z0-9-_. ] dropped, spaces -> '-' (§6.1)."""
-    return re.sub(r"\s+", "-", _UNSAFE.sub("", model).strip())
-
-
-def resource_profile(profile):
-    """Profile as it appears in mixed-strategy resource and label names ('+' -> '.', §6.3)."""
-    return profile.replace("+", ".")
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.cluster_facts import node_summary
 
 
 def _mig_enabled(gpu):
@@ -99,8 +93,9 @@ def hardware_view(hardware):
 
 def _label_vs_allocatable(summary, strategy, problems):
     labels = summary["labels"]
-    allocatable = summary["allocatable"]
-    total = sum(allocatable.values())
+    # Devices behind the resources: time-sliced/MPS shares (maybe renamed .shared) divided by their replicas.
+    allocatable = devices_advertised(summary["allocatable"], labels)
+    total = sum(summary["allocatable"].values())
     label_count = summary["count"]
     if LABEL_PRODUCT not in labels:
         problems.append("label %s missing (gpu-feature-discovery has not labelled the node)" % LABEL_PRODUCT)
@@ -113,22 +108,23 @@ def _label_vs_allocatable(summary, strategy, problems):
         problems.append("device plugin advertises 0 GPU resources (allocatable has no nvidia.com/gpu or nvidia.com/mig-*)")
     if strategy == "mixed":
         for profile, count in sorted(summary["mig_devices"].items()):
-            advertised = allocatable.get(RESOURCE_MIG_PREFIX + profile, 0)
+            advertised = allocatable.get(mig_resource(profile), 0)
             if advertised != count:
-                problems.append("label nvidia.com/mig-%s.count=%d but allocatable %s%s=%d"
-                                % (profile, count, RESOURCE_MIG_PREFIX, profile, advertised))
+                problems.append("label %s=%d but allocatable %s=%d"
+                                % (mig_count_label(profile), count, mig_resource(profile), advertised))
         for resource, advertised in sorted(allocatable.items()):
             # A resource no longer advertised stays in the node status at 0 (kubelet keeps extended resources).
-            if advertised and resource.startswith(RESOURCE_MIG_PREFIX) and resource[len(RESOURCE_MIG_PREFIX):] not in summary["mig_devices"]:
-                problems.append("allocatable %s=%d has no nvidia.com/mig-%s.count label"
-                                % (resource, advertised, resource[len(RESOURCE_MIG_PREFIX):]))
+            profile = resource_mig_profile(resource)
+            if advertised and profile and profile not in summary["mig_devices"]:
+                problems.append("allocatable %s=%d has no %s label" % (resource, advertised, mig_count_label(profile)))
     elif label_count is not None and allocatable.get(RESOURCE_GPU, 0) != label_count and not summary["mig_invalid"]:
         problems.append("label %s=%d but allocatable %s=%d" % (LABEL_COUNT, label_count, RESOURCE_GPU, allocatable.get(RESOURCE_GPU, 0)))
 
 
 def _labels_vs_hardware(summary, strategy, hardware, problems):
     view = hardware_view(hardware)
-    allocatable = summary["allocatable"]
+    labels = summary["labels"]
+    allocatable = devices_advertised(summary["allocatable"], labels)
     if not view["count"]:
         problems.append("hardware reports no GPU")
         return view
@@ -150,7 +146,7 @@ def _labels_vs_hardware(summary, strategy, hardware, problems):
             want = view["mig_devices"].get(profile, 0)
             have = summary["mig_devices"].get(profile, 0)
             if want != have:
-                problems.append("label nvidia.com/mig-%s.count=%d but the hardware has %d %s MIG devices" % (profile, have, want, profile))
+                problems.append("label %s=%d but the hardware has %d %s MIG devices" % (mig_count_label(profile), have, want, profile))
     elif single_mig:
         profiles = sorted(view["mig_devices"])
         if len(profiles) == 1 and view["full_gpus"] == 0:
@@ -184,5 +180,5 @@ def validate_node(node, strategy, hardware=None, operands=None):
         _labels_vs_hardware(summary, strategy, hardware, problems)
     smoke = sorted(resource for resource, count in summary["allocatable"].items() if count > 0)
     if strategy != "mixed":
-        smoke = [resource for resource in smoke if resource == RESOURCE_GPU]
+        smoke = [resource for resource in smoke if parse_resource(resource)["kind"] == "gpu"]
     return {"node": summary["node_name"], "problems": problems, "smoke_resources": smoke, "summary": summary}

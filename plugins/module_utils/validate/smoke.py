@@ -14,12 +14,16 @@ __metaclass__ = type
 import hashlib
 import re
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.node import product_label
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import (
+    GPU_TAINT_KEY,
+    RESOURCE_MIG_PREFIX,
+    VENDOR_PREFIX,
+    product_label,
+    resource_mig_profile,
+)
 
 SMOKE_LABEL = "gpufleet.io/smoke-test"
 APP_LABEL = "gpufleet-smoke-test"
-RESOURCE_GPU = "nvidia.com/gpu"
-RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
 _GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[^)]+)\)\s*$")
 _MIG_LINE = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+(?P<index>\d+): \(UUID: (?P<uuid>MIG-[^)]+)\)\s*$")
 _NAME_SAFE = re.compile(r"[^a-z0-9-]+")
@@ -28,7 +32,7 @@ _NAME_SAFE = re.compile(r"[^a-z0-9-]+")
 def pod_name(node, resource):
     """A stable, valid pod name for (node, resource): readable prefix plus a short hash."""
     digest = hashlib.sha256(("%s/%s" % (node, resource)).encode("utf-8")).hexdigest()[:8]
-    suffix = "gpu" if resource == RESOURCE_GPU else resource[len(RESOURCE_MIG_PREFIX):]
+    suffix = resource[len(RESOURCE_MIG_PREFIX):] if resource.startswith(RESOURCE_MIG_PREFIX) else resource.replace(VENDOR_PREFIX, "", 1)
     readable = _NAME_SAFE.sub("-", ("smoke-%s-%s" % (node, suffix)).lower()).strip("-")
     return "%s-%s" % (readable[:53].rstrip("-"), digest)
 
@@ -42,7 +46,7 @@ def pod_manifest(node, resource, namespace, image, command, runtime_class_name=N
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
         # GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule; the operator's own pods tolerate it too (§7).
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [{
             "name": "nvidia-smi",
             "image": image,
@@ -96,8 +100,8 @@ def check_output(resource, output, exit_code, expected_product=None, strategy="m
     gpu = gpus[0]
     if expected_product and product_label(gpu["name"]) != expected_product:
         return "container sees %s, node is labelled %s" % (gpu["name"], expected_product)
-    if resource.startswith(RESOURCE_MIG_PREFIX):
-        wanted = resource[len(RESOURCE_MIG_PREFIX):]
+    wanted = resource_mig_profile(resource)
+    if wanted:
         if len(gpu["mig"]) != 1:
             return "container sees %d MIG devices, asked for one %s" % (len(gpu["mig"]), wanted)
         if gpu["mig"][0]["profile"].replace("+", ".") != wanted:

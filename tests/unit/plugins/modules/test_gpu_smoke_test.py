@@ -18,4 +18,5 @@ def test_check_mode_lists_one_pod_per_node_and_resource(tmp_path):
 def test_a_resource_that_is_not_a_gpu_is_refused_naming_the_node(tmp_path):
     result = run_module(tmp_path, "gpu_smoke_test", targets=[{"node": "a", "resources": ["cpu"]}])
     assert result["failed"]
-    assert result["msg"] == "node a: 'cpu' is not nvidia.com/gpu or a nvidia.com/mig-<profile> resource"
+    assert result["msg"] == ("node a: 'cpu' is not a GPU resource (nvidia.com/gpu, nvidia.com/mig-<profile> or their "
+                             ".shared forms)")

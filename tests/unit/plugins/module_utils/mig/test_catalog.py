@@ -2,6 +2,7 @@
 
 import pytest
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import gpu_labels
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import UnknownModelError
 
@@ -28,7 +29,7 @@ def test_model_from_gfd_product(label, model):
 
 
 def test_gfd_product_name():
-    assert catalog.gfd_product_name("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
+    assert gpu_labels.product_label("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
 
 
 def test_copies_are_independent():

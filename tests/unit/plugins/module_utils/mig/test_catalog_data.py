@@ -10,6 +10,7 @@ import sys
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import gpu_labels
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import (
     catalog,
     facts,
@@ -151,7 +152,7 @@ def test_rtx_pro_6000_profile_table():
 @pytest.mark.parametrize("strategy", ["none", "mixed"])
 def test_planning_from_gfd_labels_of_the_new_gpus(pci_id, strategy):
     model = catalog.get_model(pci_device_id=pci_id)
-    labels = {"nvidia.com/gpu.product": catalog.gfd_product_name(model["name"]), "nvidia.com/gpu.count": "2",
+    labels = {"nvidia.com/gpu.product": gpu_labels.product_label(model["name"]), "nvidia.com/gpu.count": "2",
               "nvidia.com/mig.strategy": strategy}
     hardware = facts.hardware_from_gfd_labels(labels, node_name="node-a")
     result = plan.plan_node(hardware, config_name="all-balanced")

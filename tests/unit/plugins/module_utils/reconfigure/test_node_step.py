@@ -5,6 +5,7 @@ a label change with a scripted sequence of states."""
 import copy
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import PAUSED_VALUE, node_gpu_allocatable
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step
 
 CONFIG, STATE = node_step.MIG_CONFIG_LABEL, node_step.MIG_STATE_LABEL
@@ -57,10 +58,10 @@ def test_strategy_reboot_and_namespace_from_cluster_policy():
 
 def test_verification_compares_gpu_resources_only_and_names_the_difference():
     node = {"status": {"allocatable": {"cpu": "32", "nvidia.com/mig-1g.10gb": "14", "nvidia.com/gpu": "0"}}}
-    assert node_step.gpu_allocatable(node) == {"nvidia.com/mig-1g.10gb": 14}
-    assert node_step.resource_mismatches({"nvidia.com/mig-1g.10gb": 14}, node_step.gpu_allocatable(node)) == []
+    assert node_gpu_allocatable(node, keep_zero=False) == {"nvidia.com/mig-1g.10gb": 14}
+    assert node_step.resource_mismatches({"nvidia.com/mig-1g.10gb": 14}, node_gpu_allocatable(node, keep_zero=False)) == []
     problems = node_step.resource_mismatches({"nvidia.com/mig-1g.10gb": 16, "nvidia.com/mig-2g.20gb": 8},
-                                             node_step.gpu_allocatable(node))
+                                             node_gpu_allocatable(node, keep_zero=False))
     assert problems == ["allocatable nvidia.com/mig-1g.10gb is 14, plan says 16",
                         "allocatable nvidia.com/mig-2g.20gb is 0, plan says 8"]
     assert node_step.label_mismatches({"nvidia.com/gpu.count": "4"}, {"nvidia.com/gpu.count": "4"}) == []
@@ -83,7 +84,7 @@ class FakeMigManager(object):
     def __init__(self, config="all-disabled", state="success", scripts=(), paused=False):
         labels = {CONFIG: config, STATE: state, "nvidia.com/mig.strategy": "mixed"}
         if paused:
-            labels["nvidia.com/gpu.deploy.device-plugin"] = node_step.PAUSED_VALUE
+            labels["nvidia.com/gpu.deploy.device-plugin"] = PAUSED_VALUE
         self.node = {"metadata": {"name": "n1", "labels": labels, "annotations": {}},
                      "status": {"allocatable": {"nvidia.com/gpu": "1"},
                                 "conditions": [{"type": "Ready", "status": "True"}]}}

@@ -1,5 +1,6 @@
 """Node summaries read from GFD, operator and mig-manager labels (pure logic)."""
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import is_gpu_node
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
 
 from .test_build import h100, node
@@ -15,4 +16,4 @@ def test_node_summary_reads_gfd_operator_and_mig_manager_labels():
                                                    "nvidia.com/gpu.count": "14", "nvidia.com/mig.strategy": "single"}))
     assert single["model"] == "NVIDIA-A100-SXM4-40GB" and single["mig_devices"] == {"1g.5gb": 14}
     assert cluster_facts.group_safe("NVIDIA-H100-80GB-HBM3") == "nvidia_h100_80gb_hbm3"
-    assert not cluster_facts.is_gpu_node({"metadata": {"name": "cpu", "labels": {}}, "status": {}})
+    assert not is_gpu_node({"metadata": {"name": "cpu", "labels": {}}, "status": {}})

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import gpu_labels
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -10,14 +10,14 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report impor
     ("not-a-quantity", 0), (None, 0), ("", 0),
 ])
 def test_gpu_resource_quantities(value, expected):
-    assert cluster_facts.gpu_resources({"nvidia.com/mig-1g.10gb": value}) == {"nvidia.com/mig-1g.10gb": expected}
+    assert gpu_labels.gpu_resources({"nvidia.com/mig-1g.10gb": value}) == {"nvidia.com/mig-1g.10gb": expected}
 
 
 def test_only_nvidia_gpu_resources_are_kept():
-    assert cluster_facts.gpu_resources({"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "2",
+    assert gpu_labels.gpu_resources({"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "2",
                                         "nvidia.com/mig-3g.40gb": "1k"}) == {"nvidia.com/gpu": 2,
                                                                              "nvidia.com/mig-3g.40gb": 1000}
 
 
 def test_the_kubernetes_parser_is_used():
-    assert cluster_facts.parse_quantity is not None
+    assert gpu_labels.parse_quantity is not None
