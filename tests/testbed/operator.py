@@ -23,7 +23,6 @@ the pytest teardown and its watchdog) stops them with the cluster.
 """
 
 import argparse
-import os
 import shutil
 import signal
 import subprocess
@@ -37,7 +36,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD = REPO_ROOT / "tests" / "testbed" / "build-operator.sh"
 DEPLOYMENT = "gpu-operator"  # the chart's operator Deployment (deployments/gpu-operator/templates/operator.yaml)
 CRD = "clusterpolicies.nvidia.com"
-ENABLE_ENV = "GPUFLEET_REAL_OPERATOR"
+# What node-feature-discovery puts on a GPU node and the operator reads: the NVIDIA PCI vendor (selects
+# GPU nodes) and os-release/kernel (driver image tag). NFD itself cannot run here (nfd.enabled=false).
+NFD_GPU_NODE_LABELS = {
+    "feature.node.kubernetes.io/pci-10de.present": "true",
+    "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+    "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
+    "feature.node.kubernetes.io/kernel-version.full": "5.15.0-119-generic",
+}
+# Chart values the testbed's direct helm installs add: NFD's own DaemonSets would run nothing under kwok,
+# and the pre-upgrade hook Job that applies CRDs (a kubectl container) would need a node and run nothing.
+TESTBED_CHART_VALUES = {"nfd": {"enabled": False}, "operator": {"upgradeCRD": False}}
 # Mount-namespace setup; argv: root assets namespace bind-dirs... -- controller argv.
 NAMESPACE_SCRIPT = r"""
 set -eu
@@ -63,11 +72,6 @@ for d in $binds; do mkdir -p "$root$d"; mount --bind "$d" "$root$d"; done
 cd /
 exec chroot "$root" "$@"
 """
-
-
-def enabled():
-    """Whether the testbed uses NVIDIA's real controller and chart (GPUFLEET_REAL_OPERATOR=1)."""
-    return os.environ.get(ENABLE_ENV, "") not in ("", "0", "false", "no")
 
 
 def build():
@@ -211,6 +215,39 @@ class Supervisor:
                 log("watch failed: %s" % err)
             time.sleep(self.poll_seconds)
         self.stop_child("supervisor stopping")
+
+
+class Controller:
+    """The supervisor as a child process of the caller (pytest fixtures); output to ``log_file``."""
+
+    def __init__(self, kubeconfig, run_dir, log_file, namespace="gpu-operator"):
+        self.argv = [sys.executable, "-m", "tests.testbed.operator", "run", "--kubeconfig", str(kubeconfig),
+                     "--run-dir", str(run_dir), "--namespace", namespace]
+        self.log_file = Path(log_file)
+        self.proc = None
+
+    def start(self):
+        build()
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log_fh:
+            self.proc = subprocess.Popen(self.argv, stdout=log_fh, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
+                                         stdin=subprocess.DEVNULL, cwd=str(REPO_ROOT))
+        return self
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def log_tail(self, lines=30):
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
 
 
 def default_run_dir(testbed_dir, name):
