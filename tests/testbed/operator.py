@@ -23,7 +23,7 @@ the pytest teardown and its watchdog) stops them with the cluster.
 """
 
 import argparse
-import shutil
+import os
 import signal
 import subprocess
 import sys
@@ -90,6 +90,27 @@ def cache_dir():
 def chart_dir():
     """NVIDIA's chart from the module (deployments/gpu-operator), built/extracted when missing."""
     return build() / "chart" / "gpu-operator"
+
+
+def flatten_kubeconfig(source, dest):
+    """Copy a kubeconfig with its certificate/key files embedded (*-data), so it works inside the controller's
+    mount namespace, where the cluster's pki directory is not mounted."""
+    import base64
+
+    import yaml
+
+    source = Path(source)
+    config = yaml.safe_load(source.read_text())
+    for section, key in (("clusters", "cluster"), ("users", "user")):
+        for entry in config.get(section) or []:
+            body = entry.get(key) or {}
+            for field in ("certificate-authority", "client-certificate", "client-key"):
+                if body.get(field):
+                    path = Path(body.pop(field))
+                    path = path if path.is_absolute() else source.parent / path
+                    body[field + "-data"] = base64.b64encode(path.read_bytes()).decode()
+    Path(dest).write_text(yaml.safe_dump(config))
+    os.chmod(dest, 0o600)
 
 
 def free_port():
@@ -169,7 +190,7 @@ class Supervisor:
         return argv, env
 
     def start_child(self, deployment):
-        shutil.copyfile(self.kubeconfig, self.run_dir / "kubeconfig")
+        flatten_kubeconfig(self.kubeconfig, self.run_dir / "kubeconfig")
         argv, env = self.command(deployment)
         log("starting the controller: %s" % " ".join(argv[argv.index("--", 8) + 1:]))
         # Same stdout/stderr as the supervisor (its log file).
