@@ -18,6 +18,13 @@ NVIDIA_DIR = Path(os.environ.get("GPUFLEET_NVIDIA_DIR") or Path(__file__).resolv
 STATIC_CONFIG_MAP = NVIDIA_DIR / "gpu-operator-v26.7.0" / "assets" / "state-mig-manager" / "0400_configmap.yaml"
 
 
+def nvidia_static_configs():
+    """mig-configs of NVIDIA's default-mig-parted-config (v26.7.0)."""
+    if not STATIC_CONFIG_MAP.exists():
+        pytest.skip("NVIDIA's v26.7.0 MIG Manager assets not at %s (set GPUFLEET_NVIDIA_DIR)" % STATIC_CONFIG_MAP)
+    return yaml.safe_load(yaml.safe_load(STATIC_CONFIG_MAP.read_text())["data"]["config.yaml"])["mig-configs"]
+
+
 def make_gpu(model, index=0, mig=False, devices=()):
     """A Gpu as hardware.read_host returns it, from the catalog; `devices` are GI profile names."""
     entry = hoststate.catalog()["models"][hoststate.resolve_model(model)]
@@ -72,9 +79,7 @@ def test_generated_balanced_per_model(model, balanced):
 
 def test_generated_config_agrees_with_the_static_default_config():
     """Each generated all-<profile> of a model has the static config's count for that model."""
-    if not STATIC_CONFIG_MAP.exists():
-        pytest.skip("NVIDIA's v26.7.0 MIG Manager assets not at %s (set GPUFLEET_NVIDIA_DIR)" % STATIC_CONFIG_MAP)
-    static = yaml.safe_load(yaml.safe_load(STATIC_CONFIG_MAP.read_text())["data"]["config.yaml"])["mig-configs"]
+    static = nvidia_static_configs()
     checked = 0
     for model in ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-80GB-HBM3", "H200", "A30"):
         gpu = make_gpu(model)
@@ -99,7 +104,7 @@ def test_select_honours_device_filter_and_indexes():
 
 
 def test_applied_compares_mode_and_devices():
-    configs = yaml.safe_load(CHART_STATIC_CONFIG.read_text())["mig-configs"]
+    configs = nvidia_static_configs()
     balanced = [make_gpu("H200", 0, True, ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"])]
     plan = migconfig.select(configs, "all-balanced", balanced)
     assert migconfig.applied(plan, balanced)
