@@ -1,10 +1,10 @@
-"""Protocol tests of the simulated GPU Operator stack on the testbed (real apiserver, kwok nodes).
+"""Protocol tests of the GPU Operator stack on the testbed (real apiserver, kwok nodes, NVIDIA's controller).
 
-Each test makes its own simulated GPU nodes (unique names) on the session's `gpu_cluster`: the
-stand-in chart installed with mig.strategy=mixed and the agents process running. What is checked
-is what a real cluster shows: node labels and their order of change, node capacity/allocatable,
-operand pods, ClusterPolicy status, and the simulated hardware (hoststate.summary, which reads the
-same state file the simulated NVML serves).
+Each test makes its own simulated GPU nodes (unique names) on the session's `gpu_cluster`: NVIDIA's chart
+from the GPU Operator module installed with mig.strategy=mixed, NVIDIA's controller and the agents process
+running. What is checked is what a real cluster shows: node labels and their order of change, node
+capacity/allocatable, operand pods, ClusterPolicy status, and the simulated hardware (hoststate.summary,
+which reads the same state file the simulated NVML serves).
 """
 
 import contextlib
