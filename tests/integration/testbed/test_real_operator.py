@@ -50,8 +50,10 @@ def test_controller_runs_in_its_own_mount_namespace_and_stops_with_the_cluster(t
         assert Path("/proc/%d/root/host-etc/os-release" % pid).read_text() == Path("/etc/os-release").read_text()
         assert not Path("/opt/gpu-operator").exists() and not Path("/host-etc").exists()
         # NVIDIA's controller labels the node and creates the operands, owned by the ClusterPolicy.
-        labels = bed.wait_for(lambda: (lambda lb: lb if lb.get("nvidia.com/gpu.present") == "true" else None)(
-            bed.core.read_node("gpu-1").metadata.labels or {}), 90, "nvidia.com/gpu.present on gpu-1")
+        def present():
+            labels = bed.core.read_node("gpu-1").metadata.labels or {}
+            return labels if labels.get("nvidia.com/gpu.present") == "true" else None
+        labels = bed.wait_for(present, 90, "nvidia.com/gpu.present on gpu-1")
         assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
         apps = client.AppsV1Api(bed.api_client())
         ds = bed.wait_for(lambda: [d for d in apps.list_namespaced_daemon_set("gpu-operator").items
