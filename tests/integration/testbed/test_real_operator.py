@@ -50,6 +50,7 @@ def test_controller_runs_in_its_own_mount_namespace_and_stops_with_the_cluster(t
         assert Path("/proc/%d/root/host-etc/os-release" % pid).read_text() == Path("/etc/os-release").read_text()
         assert not Path("/opt/gpu-operator").exists() and not Path("/host-etc").exists()
         # NVIDIA's controller labels the node and creates the operands, owned by the ClusterPolicy.
+
         def present():
             labels = bed.core.read_node("gpu-1").metadata.labels or {}
             return labels if labels.get("nvidia.com/gpu.present") == "true" else None
