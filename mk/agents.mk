@@ -1,11 +1,10 @@
-# Simulated GPU Operator node agents + stand-in gpu-operator chart (tests/testbed/agents, tests/testbed/chart).
+# Simulated GPU Operator operand agents (tests/testbed/agents); NVIDIA's real controller and chart: mk/testbed.mk.
 AGENTS_PIDFILE ?= $(CURDIR)/.testbed/agents.pid
 AGENTS_HOSTS_DIR ?= $(CURDIR)/.testbed/hosts
 AGENTS_KUBECONFIG ?= $(CURDIR)/.testbed/kubeconfig
 AGENTS_CLI = $(BIN)/python -m tests.testbed.agents
-GPU_OPERATOR_CHART := tests/testbed/chart/gpu-operator
 
-.PHONY: agents-start agents-stop agents-status agents-chart-lint agents-test
+.PHONY: agents-start agents-stop agents-status agents-test
 
 agents-start: setup gpusim-build ## start the simulated GPU Operator agents against .testbed/kubeconfig (pidfile .testbed/agents.pid)
 	$(AGENTS_CLI) start --kubeconfig $(AGENTS_KUBECONFIG) --hosts-dir $(AGENTS_HOSTS_DIR) \
@@ -17,8 +16,5 @@ agents-stop: setup ## stop the agents started by agents-start
 agents-status: setup ## is the agents process running
 	$(AGENTS_CLI) status --pidfile $(AGENTS_PIDFILE)
 
-agents-chart-lint: testbed-build ## helm lint of the stand-in gpu-operator chart
-	"$$(tests/testbed/build.sh path)/helm" lint $(GPU_OPERATOR_CHART)
-
-agents-test: setup gpusim-build testbed-build ## agent logic + protocol tests on a fresh testbed cluster
+agents-test: setup gpusim-build testbed-build testbed-operator-build ## agent logic + protocol tests on a fresh testbed cluster
 	$(BIN)/python -m pytest tests/integration/agents -q

@@ -1,4 +1,4 @@
-# Demo: the sandbox (testbed cluster, simulated GPU nodes, agents, smoke runtime, workloads) and the
+# Demo: the sandbox (testbed cluster, NVIDIA's GPU Operator controller, simulated GPU nodes, agents, smoke runtime, workloads) and the
 # playbooks run as a user runs them. The cluster stays up until `make demo-down`.
 # TESTBED_DIR (mk/testbed.mk) and SANDBOX_DIR move the cluster and the simulated hosts, e.g. for a second sandbox.
 SANDBOX_DIR ?= $(CURDIR)/.sandbox
@@ -15,7 +15,7 @@ MIG_RECONFIGURE_PLAYBOOK = $(firstword $(wildcard mig-reconfigure.yml playbooks/
 
 .PHONY: sandbox-up sandbox-down
 
-sandbox-up: setup testbed-up ## testbed cluster + simulated GPU nodes, agents, smoke runtime and workloads
+sandbox-up: setup testbed-up testbed-operator-build ## testbed cluster + simulated GPU nodes, NVIDIA's GPU Operator controller, agents, smoke runtime and workloads
 	$(SANDBOX) up
 
 sandbox-down: setup ## stop the sandbox's agents and smoke runtime (the cluster: make testbed-down)

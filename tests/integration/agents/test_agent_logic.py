@@ -4,6 +4,7 @@ No cluster here: config generation/selection (mig-parted), GFD labels and device
 per MIG strategy, computed from hosts built out of tests/testbed/gpusim/catalog.json.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,16 @@ import yaml
 from tests.testbed.agents import hardware, migconfig, operands
 from tests.testbed.gpusim import hoststate
 
-CHART_STATIC_CONFIG = Path(__file__).resolve().parents[2] / "testbed/chart/gpu-operator/files/config-default.yaml"
+# NVIDIA's v26.7.0 default MIG config (MIG Manager's assets), read-only beside the checkout (GPUFLEET_NVIDIA_DIR).
+NVIDIA_DIR = Path(os.environ.get("GPUFLEET_NVIDIA_DIR") or Path(__file__).resolve().parents[3].parent / "shared" / "nvidia")
+STATIC_CONFIG_MAP = NVIDIA_DIR / "gpu-operator-v26.7.0" / "assets" / "state-mig-manager" / "0400_configmap.yaml"
+
+
+def nvidia_static_configs():
+    """mig-configs of NVIDIA's default-mig-parted-config (v26.7.0)."""
+    if not STATIC_CONFIG_MAP.exists():
+        pytest.skip("NVIDIA's v26.7.0 MIG Manager assets not at %s (set GPUFLEET_NVIDIA_DIR)" % STATIC_CONFIG_MAP)
+    return yaml.safe_load(yaml.safe_load(STATIC_CONFIG_MAP.read_text())["data"]["config.yaml"])["mig-configs"]
 
 
 def make_gpu(model, index=0, mig=False, devices=()):
@@ -69,7 +79,7 @@ def test_generated_balanced_per_model(model, balanced):
 
 def test_generated_config_agrees_with_the_static_default_config():
     """Each generated all-<profile> of a model has the static config's count for that model."""
-    static = yaml.safe_load(CHART_STATIC_CONFIG.read_text())["mig-configs"]
+    static = nvidia_static_configs()
     checked = 0
     for model in ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-80GB-HBM3", "H200", "A30"):
         gpu = make_gpu(model)
@@ -94,7 +104,7 @@ def test_select_honours_device_filter_and_indexes():
 
 
 def test_applied_compares_mode_and_devices():
-    configs = yaml.safe_load(CHART_STATIC_CONFIG.read_text())["mig-configs"]
+    configs = nvidia_static_configs()
     balanced = [make_gpu("H200", 0, True, ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"])]
     plan = migconfig.select(configs, "all-balanced", balanced)
     assert migconfig.applied(plan, balanced)

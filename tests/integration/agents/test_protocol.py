@@ -1,10 +1,10 @@
-"""Protocol tests of the simulated GPU Operator stack on the testbed (real apiserver, kwok nodes).
+"""Protocol tests of the GPU Operator stack on the testbed (real apiserver, kwok nodes, NVIDIA's controller).
 
-Each test makes its own simulated GPU nodes (unique names) on the session's `gpu_cluster`: the
-stand-in chart installed with mig.strategy=mixed and the agents process running. What is checked
-is what a real cluster shows: node labels and their order of change, node capacity/allocatable,
-operand pods, ClusterPolicy status, and the simulated hardware (hoststate.summary, which reads the
-same state file the simulated NVML serves).
+Each test makes its own simulated GPU nodes (unique names) on the session's `gpu_cluster`: NVIDIA's chart
+from the GPU Operator module installed with mig.strategy=mixed, NVIDIA's controller and the agents process
+running. What is checked is what a real cluster shows: node labels and their order of change, node
+capacity/allocatable, operand pods, ClusterPolicy status, and the simulated hardware (hoststate.summary,
+which reads the same state file the simulated NVML serves).
 """
 
 import contextlib
@@ -114,20 +114,37 @@ def with_reboot(gpu_cluster):
 
 # -- chart ------------------------------------------------------------------------------------
 
-def test_chart_installs_crd_policy_and_operands(gpu_cluster):
+def test_chart_installs_crd_policy_and_operands(gpu_cluster, add_gpu_node):
     testbed = gpu_cluster.testbed
+    add_gpu_node("chart", "H200", 1)  # NVIDIA's controller creates the operands once there is a GPU node
     crd = client.ApiextensionsV1Api(testbed.api_client()).read_custom_resource_definition("clusterpolicies.nvidia.com")
     assert crd.spec.scope == "Cluster"
-    assert [c.name for c in crd.spec.versions[0].additional_printer_columns] == ["Status", "Age"]
     policy = gpu_cluster.policy()
     assert policy["spec"]["mig"]["strategy"] == "mixed"
-    assert policy["spec"]["migManager"]["config"] == {"default": "all-disabled", "name": ""}
-    names = sorted(d.metadata.name for d in client.AppsV1Api(testbed.api_client()).list_namespaced_daemon_set("gpu-operator").items)
+    # v25.3.4's CRD defaults the empty name the chart renders to the operator's own ConfigMap
+    assert policy["spec"]["migManager"]["config"] == {"default": "all-disabled", "name": "default-mig-parted-config"}
+    apps = client.AppsV1Api(testbed.api_client())
+    wanted = {"gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-device-plugin-daemonset",
+              "nvidia-mig-manager", "nvidia-operator-validator"}
+    gpu_cluster.testbed.wait_for(
+        lambda: wanted <= {d.metadata.name for d in apps.list_namespaced_daemon_set("gpu-operator").items}, 90,
+        "operand DaemonSets %s" % sorted(wanted))
+    daemonsets = apps.list_namespaced_daemon_set("gpu-operator").items
+    names = sorted(d.metadata.name for d in daemonsets)
     # driver and toolkit are disabled in the session's values, so their DaemonSets must not exist
-    assert names == ["gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-device-plugin-daemonset",
-                     "nvidia-mig-manager", "nvidia-operator-validator"]
-    static = testbed.core.read_namespaced_config_map("default-mig-parted-config", "gpu-operator")
-    assert "all-balanced:" in static.data["config-default.yaml"]
+    assert "nvidia-driver-daemonset" not in names and "nvidia-container-toolkit-daemonset" not in names
+    # Created by NVIDIA's controller, not by the chart or the repo's code: owned by the ClusterPolicy.
+    for ds in daemonsets:
+        owners = [(o.kind, o.name, o.uid, o.controller) for o in ds.metadata.owner_references or []]
+        assert owners == [("ClusterPolicy", "cluster-policy", policy["metadata"]["uid"], True)], ds.metadata.name
+        assert (ds.metadata.labels or {}).get("app.kubernetes.io/managed-by") == "gpu-operator", ds.metadata.name
+        assert "nvidia.com/last-applied-hash" in (ds.metadata.annotations or {}), ds.metadata.name
+        assert "meta.helm.sh/release-name" not in (ds.metadata.annotations or {}), ds.metadata.name  # not Helm's
+    # The controller's own default MIG config (assets/state-mig-manager/0400_configmap.yaml)
+    static = testbed.wait_for(lambda: testbed.core.read_namespaced_config_map("default-mig-parted-config", "gpu-operator"),
+                              60, "default-mig-parted-config")
+    assert "all-balanced:" in static.data["config.yaml"]
+    assert static.metadata.owner_references[0].kind == "ClusterPolicy"
     with pytest.raises(ApiException) as err:  # status.state is an enum in the CRD
         client.CustomObjectsApi(testbed.api_client()).patch_cluster_custom_object_status(
             "nvidia.com", "v1", "clusterpolicies", "cluster-policy", {"status": {"state": "bogus"}})
@@ -176,17 +193,22 @@ def test_existing_deploy_label_values_are_honoured(gpu_cluster, add_gpu_node):
     assert gpu_cluster.labels(name)["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
 
 
-def test_policy_not_ready_names_node_and_operand(gpu_cluster, add_gpu_node):
-    """An operand pod that cannot run (node full) makes the ClusterPolicy notReady, naming both."""
-    name = add_gpu_node("full", "H200", 1, allocatable={"pods": "2"})
+def test_policy_not_ready_names_the_operand_state(gpu_cluster, add_gpu_node):
+    """An operand pod that cannot run (node full) makes NVIDIA's controller set the ClusterPolicy notReady,
+    naming the operand states that are not ready (controllers/clusterpolicy_controller.go)."""
+    add_gpu_node("full", "H200", 1, allocatable={"pods": "2"})
 
     def not_ready():
         policy = gpu_cluster.policy()
-        return policy if policy.get("status", {}).get("state") == "notReady" else None
-    policy = gpu_cluster.testbed.wait_for(not_ready, 60, "ClusterPolicy notReady")
-    ready = {c["type"]: c for c in policy["status"]["conditions"]}["Ready"]
-    assert ready["status"] == "False" and ready["reason"] == "OperandNotReady"
-    assert "on %s" % name in ready["message"]
+        conditions = {c["type"]: c for c in policy.get("status", {}).get("conditions") or []}
+        error = conditions.get("Error", {})
+        if policy.get("status", {}).get("state") == "notReady" and error.get("reason") == "OperandNotReady":
+            return conditions
+        return None
+    conditions = gpu_cluster.testbed.wait_for(not_ready, 90, "ClusterPolicy notReady")
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Error"]["status"] == "True"
+    assert "ClusterPolicy is not ready, states not ready: [state-" in conditions["Error"]["message"]
 
 
 def test_strategy_switch_changes_labels_and_resources(gpu_cluster, add_gpu_node, strategy):
@@ -525,3 +547,29 @@ def test_policy_ready_ignores_nodes_operands_cannot_tolerate(gpu_cluster, add_gp
     assert gpu_cluster.operand_pods(gpu_tainted) == OPERANDS
     gpu_cluster.testbed.wait_for(lambda: gpu_cluster.policy().get("status", {}).get("state") == "ready", 30,
                                  "ClusterPolicy ready")
+
+
+# -- who writes what ----------------------------------------------------------------------------
+
+def label_writers(testbed, node):
+    """{label: {field managers}} from the Node's managedFields (the API server records who set each key)."""
+    writers = {}
+    for entry in testbed.core.read_node(node).metadata.managed_fields or []:
+        labels = ((entry.fields_v1 or {}).get("f:metadata") or {}).get("f:labels") or {}
+        for key in labels:
+            writers.setdefault(key[2:], set()).add(entry.manager)
+    return writers
+
+
+def test_operator_owned_labels_are_written_by_nvidias_controller_only(gpu_cluster, add_gpu_node):
+    """gpu.present, the gpu.deploy.* defaults and the default mig.config come from NVIDIA's controller;
+    no repo code (agents, fixtures) writes them: the API server names the controller as their only writer."""
+    name = ready_node(gpu_cluster, add_gpu_node, "owners", "H200", 1)
+    labels = gpu_cluster.labels(name)
+    writers = label_writers(gpu_cluster.testbed, name)
+    owned = ["nvidia.com/gpu.present", CONFIG] + sorted(k for k in labels if k.startswith("nvidia.com/gpu.deploy."))
+    assert len(owned) >= 8, labels
+    for key in owned:
+        assert writers.get(key) == {"gpu-operator"}, (key, writers.get(key))
+    # and GFD's labels come from the simulated GFD (the agents process), not from the controller
+    assert "gpu-operator" not in writers["nvidia.com/gpu.product"]

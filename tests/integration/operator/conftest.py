@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.testbed import operator as real_operator
 from tests.testbed.agents.pytest_agents import GpuAgents, nvml_lib_dir
 from tests.testbed.cluster import Cluster, TestbedError
 from tests.testbed.pytest_cluster import Testbed
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-CHART_DIR = REPO_ROOT / "tests" / "testbed" / "chart" / "gpu-operator"
 # Small nodes keep the smoke pods few: (name, NVML model, GPUs)
 NODES = (("op-h100", "NVIDIA H100 80GB HBM3", 2), ("op-a100", "NVIDIA A100-SXM4-40GB", 2), ("op-h200", "NVIDIA H200", 1))
 
@@ -114,7 +114,10 @@ def _write_inventory(directory, bed, agents, lib_dir):
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
         "gpufleet_kubeconfig": str(bed.kubeconfig),
-        "gpu_operator_chart_ref": str(CHART_DIR),
+        # NVIDIA's chart from the GPU Operator Go module (v25.3.4); NFD cannot run under kwok (the
+        # nodes carry its labels instead).
+        "gpu_operator_chart_ref": str(real_operator.chart_dir()),
+        "gpu_operator_extra_values": {"nfd": {"enabled": False}},
         "gpu_operator_chart_version": "",
         "gpu_operator_repo_add": False,
         "gpu_operator_mig_strategy": "single",

@@ -1,7 +1,11 @@
-"""The agents process: for every simulated GPU node, what the GPU Operator stack does on a real node.
+"""The agents process: for every simulated GPU node, what the GPU Operator's operand pods do on a real node.
 
-Plays the operator's node labelling and ClusterPolicy status, GPU Feature Discovery, the device
-plugin and MIG Manager (see docs/DEVELOPING.md, "Simulated GPU Operator node agents").
+NVIDIA's real controller (tests/testbed/operator.py) labels the nodes (gpu.present, the gpu.deploy.*
+defaults, the default nvidia.com/mig.config), creates the operand DaemonSets and writes the
+ClusterPolicy status; kwok "runs" the operand pods. What cannot run here is played by this process,
+each part only while its real DaemonSet has a Running pod on the node: GPU Feature Discovery's labels,
+the device plugin's capacity/allocatable, MIG Manager's hardware actions and label sequence, and
+dcgm-exporter's metrics (see docs/DEVELOPING.md, "Simulated GPU Operator node agents").
 """
 
 import dataclasses
@@ -17,7 +21,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.testbed.agents import hardware, metrics, operands
-from tests.testbed.agents.kube import (LOG, POLICY_GROUP, POLICY_NAME, POLICY_PLURAL, POLICY_VERSION, Cache,
+from tests.testbed.agents.kube import (LOG, Cache,
                                        api_client, ignore_missing)
 from tests.testbed.agents.migmanager import CONFIG_LABEL, MigManager
 from tests.testbed.gpusim import hoststate
@@ -27,10 +31,6 @@ FAULT_ANNOTATION = "gpusim.gpufleet.io/fault"
 METRICS_ANNOTATION = "gpusim.gpufleet.io/metrics-url"
 PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 FAULTS = ("fail", "fail-once", "wedge-pending", "wedge-once", "slow", "reset-unsupported", "gpu-held")
-DEPLOY = "nvidia.com/gpu.deploy."
-# Deploy labels the operator sets to "true" on container-workload GPU nodes (GO state_manager.go, §3.7).
-OPERATOR_DEPLOY = ("driver", "gpu-feature-discovery", "container-toolkit", "device-plugin", "dcgm", "dcgm-exporter",
-                   "node-status-exporter", "operator-validator", "client")
 
 
 @dataclasses.dataclass
@@ -104,7 +104,7 @@ class Agents:
             with cache.cond:
                 cache.cond.wait_for(lambda: cache.dirty or cache.stopping.is_set(), self.timing.rescan_seconds)
                 names, cache.dirty = cache.dirty, set()
-                policy_changed, cache.policy_changed = cache.policy_changed, False
+                cache.policy_changed = False
                 ready = all(cache.synced.values())
             if not ready:
                 with cache.cond:
@@ -116,11 +116,6 @@ class Agents:
                     self.reconcile_node(name)
                 except Exception as err:  # pylint: disable=broad-except  # one bad node must not stop the rest
                     LOG.warning("[%s] reconcile failed: %s", name, err)
-            if names or policy_changed:
-                try:
-                    self.update_policy_status()
-                except Exception as err:  # pylint: disable=broad-except
-                    LOG.warning("ClusterPolicy status: %s", err)
 
     def _hardware_changed(self):
         """Nodes whose state file changed since the last look (GFD re-labels on an interval too)."""
@@ -152,7 +147,7 @@ class Agents:
         self.sync_sim_faults(node, path)
         host = hardware.read_host(path)
         labels = dict(node["metadata"].get("labels") or {})
-        patch = self.operator_labels(labels, host)
+        patch = {}
         shared = operands.time_slicing(self.plugin_config(name, labels))
         if self.cache.running_pod(name, self.namespace, "gpu-feature-discovery"):
             patch.update(self.gfd_patch(labels, host, shared))
@@ -166,35 +161,6 @@ class Agents:
         self.device_plugin(name, node, host, shared)
         self.dcgm_exporter(name, node, path)
         self.mig_manager(name, labels)
-
-    def operator_labels(self, labels, host):
-        """Operator node labelling (GO state_manager.go / nodelabeling_controller.go, reference §3.7)."""
-        spec = self.cache.policy_spec()
-        if self.cache.policy is None:
-            return {}
-        patch = {}
-        if labels.get("nvidia.com/gpu.present") != "true":
-            patch["nvidia.com/gpu.present"] = "true"
-        capable = "true" if any(g.mig_capable for g in host.gpus) else "false"
-        if labels.get("nvidia.com/mig.capable") != capable:
-            patch["nvidia.com/mig.capable"] = capable
-        if labels.get(DEPLOY + "operands") == "false":
-            for key in labels:
-                if key.startswith(DEPLOY) and key != DEPLOY + "operands":
-                    patch[key] = None
-            return patch
-        wanted = list(OPERATOR_DEPLOY)
-        if capable == "true":
-            wanted.append("mig-manager")
-        for component in wanted:
-            if not labels.get(DEPLOY + component):  # existing non-empty values (pauses) are honoured
-                patch[DEPLOY + component] = "true"
-        mig_manager = spec.get("migManager") or {}
-        default = (mig_manager.get("config") or {}).get("default", "all-disabled")
-        if (mig_manager.get("enabled", True) and capable == "true" and not labels.get(CONFIG_LABEL)
-                and default == "all-disabled"):
-            patch[CONFIG_LABEL] = "all-disabled"
-        return patch
 
     def plugin_config(self, node, labels):
         """The device-plugin config this node uses: ClusterPolicy spec.devicePlugin.config.name ConfigMap,
@@ -320,63 +286,6 @@ class Agents:
             summary = hoststate.summary(path)
             if not any(f["name"] == "reset_unsupported" and f["value"] for f in summary["faults"]):
                 hoststate.set_fault(path, None, "reset_unsupported", 1)
-
-    # -- ClusterPolicy status ----------------------------------------------------------------
-    def update_policy_status(self):
-        policy = self.cache.policy
-        if policy is None:
-            return
-        apps = client.AppsV1Api(self.api)
-        daemonsets = apps.list_namespaced_daemon_set(self.namespace).items
-        gpu_nodes = {n: node for n, node in list(self.cache.nodes.items())
-                     if (node["metadata"].get("labels") or {}).get("nvidia.com/gpu.present") == "true"
-                     and self.state_file(node) is not None}
-        missing = []
-        for name, node in sorted(gpu_nodes.items()):
-            labels = node["metadata"].get("labels") or {}
-            taints = (node.get("spec") or {}).get("taints") or []
-            for ds in daemonsets:
-                selector = ds.spec.template.spec.node_selector or {}
-                if not all(labels.get(k) == v for k, v in selector.items()):
-                    continue
-                if not tolerates(ds.spec.template.spec.tolerations or [], taints):
-                    continue  # the DaemonSet controller places no pod there either
-                app = (ds.spec.template.metadata.labels or {}).get("app", ds.metadata.name)
-                if not self.cache.running_pod(name, self.namespace, app):
-                    missing.append("%s on %s" % (ds.metadata.name, name))
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        if not gpu_nodes:
-            state, ready = "ready", ("False", "NoGPUNodes", "No GPU node found, watching for new nodes to join the cluster.")
-        elif missing:
-            state, ready = "notReady", ("False", "OperandNotReady", "not ready: " + ", ".join(missing))
-        else:
-            state, ready = "ready", ("True", "Reconciled", "ClusterPolicy is ready as all resources have been successfully reconciled")
-        error = ("False", ready[1], "") if ready[0] == "True" or ready[1] == "NoGPUNodes" else ("True", ready[1], ready[2])
-        status = policy.get("status") or {}
-        have = {c.get("type"): (c.get("status"), c.get("reason"), c.get("message")) for c in status.get("conditions") or []}
-        if status.get("state") == state and have.get("Ready") == ready and have.get("Error") == error:
-            return
-        conditions = [
-            {"type": "Ready", "status": ready[0], "reason": ready[1], "message": ready[2], "lastTransitionTime": now},
-            {"type": "Error", "status": error[0], "reason": error[1], "message": error[2], "lastTransitionTime": now},
-        ]
-        body = {"status": {"state": state, "namespace": self.namespace, "conditions": conditions}}
-        ignore_missing(self.cache.custom.patch_cluster_custom_object_status, POLICY_GROUP, POLICY_VERSION,
-                       POLICY_PLURAL, POLICY_NAME, body)
-        LOG.info("ClusterPolicy %s: %s (%s)", POLICY_NAME, state, ready[2])
-
-
-def tolerates(tolerations, taints):
-    """Whether pods with these tolerations (V1Toleration) may run on a node with these taints (dicts)."""
-    for taint in taints:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any((t.key in (None, "") and t.operator == "Exists")
-                   or (t.key == taint.get("key") and (t.operator == "Exists" or t.value == taint.get("value"))
-                       and t.effect in (None, "", taint.get("effect")))
-                   for t in tolerations):
-            return False
-    return True
 
 
 def configure_logging(verbose=False):

@@ -17,6 +17,7 @@ from tests.testbed.agents.kube import LOG, ignore_missing
 from tests.testbed.gpusim import hoststate
 
 CONFIG_LABEL = "nvidia.com/mig.config"
+DEFAULT_CONFIG_MAP = "default-mig-parted-config"
 STATE_LABEL = "nvidia.com/mig.config.state"
 PAUSED = "paused-for-mig-change"
 # Deploy labels MIG Manager pauses (MP reconfigure.go L39-51); `client` only when already present.
@@ -169,7 +170,10 @@ class MigManager:
         spec = self.cache.policy_spec().get("migManager") or {}
         name = (spec.get("config") or {}).get("name") or ""
         core, ns = self.cache.core, self.agents.namespace
-        if name:
+        # v26.7.0 (the production pin, modelled here) leaves config.name empty for "generate from the
+        # hardware"; the v25.3.4 CRD the testbed's real controller comes with defaults an empty name to
+        # the operator's own default-mig-parted-config. Both mean: no custom config.
+        if name and name != DEFAULT_CONFIG_MAP:
             cm = ignore_missing(core.read_namespaced_config_map, name, ns)
             if cm is None or "config.yaml" not in (cm.data or {}):
                 raise ReconfigureFailed("error reading MIG config file: ConfigMap %s/%s has no key config.yaml" % (ns, name))
@@ -178,10 +182,13 @@ class MigManager:
             generated = migconfig.generate(host.gpus)
         except migconfig.NoProfilesDiscovered as err:
             self.log("Dynamic MIG config generation failed (%s); using the default config file" % err, level="warning")
-            cm = ignore_missing(core.read_namespaced_config_map, "default-mig-parted-config", ns)
+            cm = ignore_missing(core.read_namespaced_config_map, DEFAULT_CONFIG_MAP, ns)
             if cm is None:
                 raise ReconfigureFailed("dynamic generation failed and no default config available") from err
-            return migconfig.parse(cm.data["config-default.yaml"], "ConfigMap %s/default-mig-parted-config" % ns)
+            # key config-default.yaml in v26.7.0's asset, config.yaml in older releases' (v25.3.4)
+            data = cm.data or {}
+            key = "config-default.yaml" if "config-default.yaml" in data else "config.yaml"
+            return migconfig.parse(data.get(key, ""), "ConfigMap %s/default-mig-parted-config" % ns)
         if self.config_source != self.pod_uid:
             self._publish_generated(generated)
             self.config_source = self.pod_uid

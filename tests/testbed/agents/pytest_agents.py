@@ -1,9 +1,11 @@
 """Fixtures for the simulated GPU Operator node agents (see docs/DEVELOPING.md).
 
-``gpu_agents`` (session): the agents process running against the ``testbed`` cluster, without the
-chart (for tests that install it themselves, e.g. through the gpu_operator role).
-``gpu_cluster`` (session): ``gpu_agents`` plus the stand-in chart installed with helm as release
-``gpu-operator`` in namespace ``gpu-operator`` (values: GPU_CLUSTER_VALUES).
+``gpu_agents`` (session): the agents process and NVIDIA's real GPU Operator controller
+(tests/testbed/operator.py; it waits for the chart's operator Deployment) running against the
+``testbed`` cluster, without the chart (for tests that install it themselves, e.g. through the
+gpu_operator role).
+``gpu_cluster`` (session): ``gpu_agents`` plus NVIDIA's chart from the GPU Operator Go module installed
+with helm as release ``gpu-operator`` in namespace ``gpu-operator`` (values: GPU_CLUSTER_VALUES).
 ``add_gpu_node`` (function): factory ``add_gpu_node(hint, model, count, labels=None, faults=None,
 sim_faults=None, mig_enabled=False, **create_node_kwargs)`` -> node name; uniquely named simulated
 GPU nodes, deleted after the test.
@@ -19,15 +21,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.testbed import operator as real_operator
 from tests.testbed.agents.agent import FAULT_ANNOTATION, FAULTS, STATE_ANNOTATION
 from tests.testbed.gpusim import hoststate
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-CHART_DIR = REPO_ROOT / "tests" / "testbed" / "chart" / "gpu-operator"
 GPUSIM_BUILD = REPO_ROOT / "tests" / "testbed" / "gpusim" / "build.sh"
 NAMESPACE = "gpu-operator"
 RELEASE = "gpu-operator"
-GPU_CLUSTER_VALUES = {"mig": {"strategy": "mixed"}, "driver": {"enabled": False}, "toolkit": {"enabled": False}}
+# migManager.config.name "" as the gpu_operator role renders it (MIG Manager then generates its config).
+GPU_CLUSTER_VALUES = {"mig": {"strategy": "mixed"}, "driver": {"enabled": False}, "toolkit": {"enabled": False},
+                      "migManager": {"config": {"name": "", "default": "all-disabled"}}}
 # Short simulated durations so protocol tests stay quick; real ones are minutes.
 TEST_TIMING = ["--reboot-seconds", "2", "--slow-seconds", "4", "--pod-wait-seconds", "60", "--rescan-seconds", "1"]
 
@@ -53,10 +57,12 @@ class GpuAgents:
         self.namespace = namespace
         self.proc = None
         self.log_file = self.hosts_dir / "agents.log"
+        self.controller = None
 
     # -- process ---------------------------------------------------------------------------
     def start(self, extra_args=()):
         self.hosts_dir.mkdir(parents=True, exist_ok=True)
+        self.start_controller()
         argv = [sys.executable, "-m", "tests.testbed.agents", "run", "--kubeconfig", self.testbed.kubeconfig,
                 "--hosts-dir", str(self.hosts_dir), "--namespace", self.namespace,
                 "--nvml-lib-dir", str(nvml_lib_dir()), *TEST_TIMING, *extra_args]
@@ -66,7 +72,16 @@ class GpuAgents:
         if self.proc.poll() is not None:
             raise RuntimeError("agents process exited (rc %s):\n%s" % (self.proc.returncode, self.log_tail()))
 
+    def start_controller(self):
+        """NVIDIA's controller, in the cluster directory when the testbed is ours (so Cluster.down stops it)."""
+        cluster = getattr(self.testbed, "cluster", None)
+        run_dir = cluster.cluster_dir / "gpu-operator" if cluster is not None else self.hosts_dir / "gpu-operator"
+        self.controller = real_operator.Controller(self.testbed.kubeconfig, run_dir, self.hosts_dir / "gpu-operator.log",
+                                                   self.namespace).start()
+
     def stop(self):
+        if self.controller is not None:
+            self.controller.stop()
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -101,6 +116,7 @@ class GpuAgents:
         annotations = {STATE_ANNOTATION: str(state)}
         if faults:
             annotations[FAULT_ANNOTATION] = ",".join(faults)
+        labels = dict(real_operator.NFD_GPU_NODE_LABELS, **(labels or {}))
         self.testbed.create_node(name, labels=labels, annotations=annotations, **node_kwargs)
         return name
 
@@ -165,10 +181,15 @@ class GpuAgents:
 
     # -- chart -----------------------------------------------------------------------------
     def install_chart(self, values=None, timeout=180):
-        """helm upgrade --install of the stand-in chart (no --wait: the operator Deployment needs a node)."""
-        args = ["upgrade", "--install", RELEASE, str(CHART_DIR), "--namespace", self.namespace,
+        """helm upgrade --install of NVIDIA's chart from the module (no --wait: the operator Deployment needs a node).
+
+        Values: TESTBED_CHART_VALUES (nfd off), then ``values``.
+        """
+        args = ["upgrade", "--install", RELEASE, str(real_operator.chart_dir()), "--namespace", self.namespace,
                 "--create-namespace", "--timeout", "%ds" % timeout, "--values", "-"]
-        self.testbed.helm(*args, input=json.dumps(values or {}), timeout=timeout + 30)
+        merged = json.loads(json.dumps(real_operator.TESTBED_CHART_VALUES))
+        merged.update(values or {})
+        self.testbed.helm(*args, input=json.dumps(merged), timeout=timeout + 30)
         self.testbed.wait_for(self.policy, 30, "ClusterPolicy cluster-policy")
 
 
@@ -185,7 +206,7 @@ def gpu_agents(testbed, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def gpu_cluster(gpu_agents):
-    """gpu_agents plus the stand-in gpu-operator chart (GPU_CLUSTER_VALUES: mixed strategy)."""
+    """gpu_agents plus NVIDIA's gpu-operator chart (GPU_CLUSTER_VALUES: mixed strategy)."""
     gpu_agents.install_chart(GPU_CLUSTER_VALUES)
     return gpu_agents
 

@@ -27,8 +27,9 @@ INVENTORY = REPO_ROOT / "inventories" / "sandbox" / "hosts.yml"
 WORKLOADS = Path(__file__).resolve().parent / "workloads.yaml"
 AGENTS_PIDFILE = SANDBOX_DIR / "agents.pid"
 RUNTIME_PIDFILE = SANDBOX_DIR / "smoke-runtime.pid"
-# What NFD would put on a node with an NVIDIA PCI device (reference §3.7).
-GPU_NODE_LABELS = {"feature.node.kubernetes.io/pci-10de.present": "true"}
+# NVIDIA's real GPU Operator controller (tests/testbed/operator.py); its log: .sandbox/gpu-operator.log
+OPERATOR_PIDFILE = SANDBOX_DIR / "gpu-operator.pid"
+TESTBED_NAME = os.environ.get("GPUFLEET_TESTBED_NAME") or "gpufleet"
 
 
 def say(message):
@@ -86,6 +87,7 @@ def run_module(module, *args):
 def up(args):
     from tests.testbed.agents.agent import STATE_ANNOTATION
     from tests.testbed.gpusim import hoststate
+    from tests.testbed.operator import NFD_GPU_NODE_LABELS, default_run_dir
 
     gpu_nodes, cpu_nodes = read_inventory(args.inventory)
     bed = testbed()
@@ -100,12 +102,15 @@ def up(args):
             hoststate.create_host(state, model, count, seed=name)
             say("simulated host %s: %d x %s" % (name, count, model))
         if not node_exists(bed, name):
-            bed.create_node(name, labels=dict(GPU_NODE_LABELS), annotations={STATE_ANNOTATION: str(state)})
+            bed.create_node(name, labels=dict(NFD_GPU_NODE_LABELS), annotations={STATE_ANNOTATION: str(state)})
             say("node %s created" % name)
     for name in cpu_nodes:
         if not node_exists(bed, name):
             bed.create_node(name)
             say("node %s (CPU only) created" % name)
+    # Runs the controller once site.yml has installed the chart (while its operator Deployment exists).
+    run_module("tests.testbed.operator", "start", "--kubeconfig", bed.kubeconfig, "--pidfile", OPERATOR_PIDFILE,
+               "--run-dir", default_run_dir(TESTBED_DIR, TESTBED_NAME))
     run_module("tests.testbed.agents", "start", "--kubeconfig", bed.kubeconfig, "--hosts-dir", HOSTS_DIR,
                "--nvml-lib-dir", lib_dir, "--pidfile", AGENTS_PIDFILE)
     run_module("tests.testbed.sandbox.smoke_runtime", "start", "--kubeconfig", bed.kubeconfig, "--hosts-dir", HOSTS_DIR,
@@ -119,6 +124,7 @@ def up(args):
 def down(_args):
     run_module("tests.testbed.sandbox.smoke_runtime", "stop", "--pidfile", RUNTIME_PIDFILE)
     run_module("tests.testbed.agents", "stop", "--pidfile", AGENTS_PIDFILE)
+    run_module("tests.testbed.operator", "stop", "--pidfile", OPERATOR_PIDFILE)
     # The simulated hardware goes with the cluster: a new sandbox starts from MIG disabled.
     for path in sorted(HOSTS_DIR.glob("*")) if HOSTS_DIR.exists() else []:
         if path.is_file():
