@@ -168,6 +168,13 @@ def product_label(model_name):
     return re.sub(r"\s+", "-", _PRODUCT_UNSAFE.sub("", str(model_name or "")).strip())
 
 
+def single_mig_product_label(model_name, profile):
+    """The product GFD writes under the single strategy: ``<model>-MIG-<profile>``, with ``+`` in the profile
+    written as ``.`` (``1g.10gb+me`` -> ``1g.10gb.me``; NVIDIA/k8s-device-plugin internal/resource/nvml-mig-device.go,
+    GetName) before the label is sanitised like any product."""
+    return product_label("%s%s%s" % (model_name, PRODUCT_MIG_INFIX, str(profile or "").replace("+", ".")))
+
+
 def parse_product(product):
     """{'model', 'mig_profile', 'mig_invalid', 'shared'} of a GFD product label; never raises.
 

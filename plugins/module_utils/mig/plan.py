@@ -296,7 +296,7 @@ def expected_gfd_labels(plan, strategy):
             return labels
         profile = list(_gi_counts(enabled[0]))[0]
         labels.update({
-            gpu_labels.LABEL_PRODUCT: gpu_labels.product_label("%s%s%s" % (models[0], gpu_labels.PRODUCT_MIG_INFIX, profile)),
+            gpu_labels.LABEL_PRODUCT: gpu_labels.single_mig_product_label(models[0], profile),
             gpu_labels.LABEL_COUNT: str(sum(sum(_gi_counts(e).values()) for e in enabled)),
         })
         return labels

@@ -27,6 +27,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     product_label,
     resource_mig_profile,
     resource_profile,
+    single_mig_product_label,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.cluster_facts import node_summary
 
@@ -150,7 +151,7 @@ def _labels_vs_hardware(summary, strategy, hardware, problems):
     elif single_mig:
         profiles = sorted(view["mig_devices"])
         if len(profiles) == 1 and view["full_gpus"] == 0:
-            expected = "%s-MIG-%s" % (product_label(view["models"][0]) if len(view["models"]) == 1 else "?", profiles[0])
+            expected = single_mig_product_label(view["models"][0] if len(view["models"]) == 1 else "?", profiles[0])
             if summary["product_label"] != expected:
                 problems.append("label %s=%s but the hardware's MIG layout gives %s" % (LABEL_PRODUCT, summary["product_label"], expected))
             if allocatable.get(RESOURCE_GPU, 0) != view["mig_devices"][profiles[0]]:
