@@ -113,7 +113,10 @@ def device_plugin_config_problems(configs, mig_strategy):
         flag_strategy = _get(config, ("flags", "migStrategy"))
         if flag_strategy is not None and flag_strategy not in MIG_STRATEGIES:
             problems.append("%s.flags.migStrategy %r is not one of %s" % (where, flag_strategy, "|".join(MIG_STRATEGIES)))
-        effective_strategy = flag_strategy or mig_strategy
+        # The operator sets MIG_STRATEGY on the device plugin and GFD from the ClusterPolicy, and that env wins
+        # over flags.migStrategy in the file (NVIDIA/k8s-device-plugin api/config/v1/flags.go; NVIDIA/gpu-operator
+        # controllers/object_controls.go applyMIGConfiguration): the file's flag only counts without the operator's.
+        effective_strategy = mig_strategy or flag_strategy
         sharing = config.get("sharing") or {}
         if not isinstance(sharing, dict):
             problems.append("%s.sharing must be a mapping" % where)
@@ -156,8 +159,10 @@ def device_plugin_config_problems(configs, mig_strategy):
                     problems.append("%s shares %s but MIG strategy is %s; MIG resources are advertised only under mixed"
                                     % (rwhere, rname, effective_strategy))
                 replicas = resource.get("replicas")
-                if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-                    problems.append("%s.replicas must be an integer >= 1, got %r" % (rwhere, replicas))
+                # replicas < 2 cannot be parsed by the device plugin or GFD, which then exit
+                # (NVIDIA/k8s-device-plugin api/config/v1/replicas.go, ReplicatedResource.UnmarshalJSON).
+                if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
+                    problems.append("%s.replicas must be an integer >= 2, got %r" % (rwhere, replicas))
     return problems
 
 

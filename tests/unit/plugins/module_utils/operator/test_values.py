@@ -67,7 +67,8 @@ def test_extra_values_merge_and_env_entries_are_appended():
     (dict(device_plugin_config={"ts": time_slicing(kind="mps")}), "uses MPS sharing with MIG strategy mixed"),
     (dict(device_plugin_config={"ts": time_slicing(name="nvidia.com/mig-1g.10gb")}, mig_strategy="single"),
      "MIG resources are advertised only under mixed"),
-    (dict(device_plugin_config={"ts": time_slicing(replicas=0)}), "replicas must be an integer >= 1"),
+    (dict(device_plugin_config={"ts": time_slicing(replicas=0)}), "replicas must be an integer >= 2"),
+    (dict(device_plugin_config={"ts": time_slicing(replicas=1)}), "replicas must be an integer >= 2, got 1"),
     (dict(device_plugin_config={"a": time_slicing(), "b": time_slicing()}), "no 'default' one"),
     (dict(device_plugin_config={"a": time_slicing()}, device_plugin_config_default="b"), "names no entry"),
     (dict(device_plugin_config={"a": dict(time_slicing(), bogus=1)}), "unknown field(s) bogus"),
@@ -79,10 +80,13 @@ def test_bad_settings_are_rejected_with_a_reason(overrides, expected):
     assert any(expected in problem for problem in problems), problems
 
 
-def test_mps_is_fine_without_mixed_and_per_config_flags_count():
+def test_mps_is_fine_without_mixed_and_the_operators_strategy_wins_over_the_files_flag():
+    """The operator's MIG_STRATEGY env (from the ClusterPolicy) wins over flags.migStrategy in the file."""
     assert settings_problems(settings(mig_strategy="single", device_plugin_config={"m": time_slicing(kind="mps")})) == []
-    problems = settings_problems(settings(mig_strategy="single",
-                                          device_plugin_config={"m": time_slicing(kind="mps", flags={"migStrategy": "mixed"})}))
+    assert settings_problems(settings(mig_strategy="single", device_plugin_config={
+        "m": time_slicing(kind="mps", flags={"migStrategy": "mixed"})})) == []
+    problems = settings_problems(settings(mig_strategy="mixed", device_plugin_config={
+        "m": time_slicing(kind="mps", flags={"migStrategy": "single"})}))
     assert any("MPS sharing with MIG strategy mixed" in p for p in problems)
 
 
