@@ -14,10 +14,9 @@ def test_gpu_resource_quantities(value, expected):
 
 
 def test_only_nvidia_gpu_resources_are_kept():
-    assert gpu_labels.gpu_resources({"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "2",
-                                        "nvidia.com/mig-3g.40gb": "1k"}) == {"nvidia.com/gpu": 2,
-                                                                             "nvidia.com/mig-3g.40gb": 1000}
+    raw = {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "2", "nvidia.com/mig-3g.40gb": "1k"}
+    assert gpu_labels.gpu_resources(raw) == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.40gb": 1000}
 
 
 def test_the_kubernetes_parser_is_used():
-    assert gpu_labels.parse_quantity is not None
+    assert gpu_labels.parse_quantity is not None and gpu_labels.quantity("2e3") == 2000
