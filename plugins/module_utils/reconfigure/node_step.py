@@ -19,12 +19,16 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     LABEL_MIG_CONFIG as MIG_CONFIG_LABEL,
     LABEL_MIG_STATE as MIG_STATE_LABEL,
     LABEL_MIG_STRATEGY as MIG_STRATEGY_LABEL,
+    LABEL_PRODUCT,
+    PRODUCT_SHARED_SUFFIX,
     deploy_label,
+    devices_advertised,
     is_gpu_pod,
     node_gpu_allocatable,
     node_ready,
     paused_deploy_labels,
     pod_ref,
+    replicas,
     unschedulable,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
@@ -125,10 +129,19 @@ def resource_mismatches(expected, actual):
     return problems
 
 
+def _without_sharing(key, value, labels):
+    """GFD appends -SHARED to gpu.product when a device is advertised as several replicas (time-slicing or MPS,
+    NVIDIA/k8s-device-plugin internal/lm/resource.go); the plan names the product of the devices themselves."""
+    text = str(value)
+    if key == LABEL_PRODUCT and text.endswith(PRODUCT_SHARED_SUFFIX) and replicas(labels) > 1:
+        return text[:-len(PRODUCT_SHARED_SUFFIX)]
+    return text
+
+
 def label_mismatches(expected, labels):
     problems = []
     for key in sorted(expected):
-        if str(labels.get(key)) != str(expected[key]):
+        if _without_sharing(key, labels.get(key), labels) != str(expected[key]):
             problems.append("GFD label %s is %r, plan says %r" % (key, labels.get(key), expected[key]))
     return problems
 
@@ -182,9 +195,14 @@ def follow_state(ops, node_name, target, deadline, node=None):
 
 
 def node_mismatches(node, expected_resources, expected_labels):
-    """Where the node's allocatable GPU resources and GFD labels differ from the plan, now ([] = verified)."""
-    return (resource_mismatches(expected_resources, node_gpu_allocatable(node, keep_zero=False))
-            + label_mismatches(expected_labels or {}, labels_of(node)))
+    """Where the node's allocatable GPU resources and GFD labels differ from the plan, now ([] = verified).
+
+    The plan counts devices; under time-slicing or MPS the device plugin advertises each as ``replicas`` shares
+    (as ``<resource>.shared`` with renameByDefault), so allocatable is folded back into devices first."""
+    labels = labels_of(node)
+    advertised = devices_advertised(node_gpu_allocatable(node, keep_zero=False), labels)
+    return (resource_mismatches(expected_resources, dict((k, v) for k, v in advertised.items() if v))
+            + label_mismatches(expected_labels or {}, labels))
 
 
 def wait_verified(ops, node_name, expected_resources, expected_labels, deadline, node=None):

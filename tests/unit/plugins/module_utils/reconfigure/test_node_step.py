@@ -212,3 +212,30 @@ def test_someone_else_changing_the_label_is_changed():
     ops.watch_node = watch
     step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
     assert step["final"] == "changed" and not step["verified"]
+
+
+def _shared_node(allocatable, labels):
+    return {"metadata": {"name": "n1", "labels": labels}, "status": {"allocatable": allocatable}}
+
+
+def test_time_sliced_allocatable_and_shared_product_verify_against_the_device_plan():
+    """count x replicas shares (renamed .shared or not) and GFD's -SHARED product are the planned devices."""
+    single = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb-SHARED", "nvidia.com/gpu.count": "14",
+              "nvidia.com/gpu.replicas": "4"}
+    expected_labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "nvidia.com/gpu.count": "14"}
+    assert node_step.node_mismatches(_shared_node({"nvidia.com/gpu": "56"}, single),
+                                     {"nvidia.com/gpu": 14}, expected_labels) == []
+    renamed = dict(single, **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"})
+    assert node_step.node_mismatches(_shared_node({"nvidia.com/gpu.shared": "56"}, renamed),
+                                     {"nvidia.com/gpu": 14}, expected_labels) == []
+    mixed = {"nvidia.com/mig-1g.10gb.count": "7", "nvidia.com/mig-1g.10gb.replicas": "2"}
+    assert node_step.node_mismatches(_shared_node({"nvidia.com/mig-1g.10gb": "14"}, mixed),
+                                     {"nvidia.com/mig-1g.10gb": 7}, {"nvidia.com/mig-1g.10gb.count": "7"}) == []
+
+
+def test_without_replicas_a_shared_product_or_extra_shares_are_still_mismatches():
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED", "nvidia.com/gpu.count": "1"}
+    problems = node_step.node_mismatches(_shared_node({"nvidia.com/gpu": "4"}, labels), {"nvidia.com/gpu": 1},
+                                         {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    assert "allocatable nvidia.com/gpu is 4, plan says 1" in problems
+    assert any(p.startswith("GFD label nvidia.com/gpu.product") for p in problems)
