@@ -177,7 +177,9 @@ attributes:
     details: With O(phase=apply), returns the plan of the batch and changes nothing.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+    support: partial
+    details: The plan (O(phase=plan) and check mode) shows per node the C(nvidia.com/mig.config) label and MIG layout
+      now and after, and the pods the change would evict.
 """
 
 EXAMPLES = r"""
@@ -348,6 +350,8 @@ def roll(module):
                     plans, ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or [])
                 for warning in result["capacity_warnings"]:
                     module.warn(warning)
+            if module._diff:
+                result["diff"] = rollout.plan_diff(plans)
             if module.check_mode and params["phase"] == "apply":
                 result["changed"] = any(not p.get("at_target") for p in plans)
             elif module.check_mode and params["phase"] == "release":

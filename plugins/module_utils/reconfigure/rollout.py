@@ -439,3 +439,19 @@ def release_all(ctx, rows, target, hardware_by_node=None):
         return []
     with ThreadPoolExecutor(max_workers=min(16, len(rows))) as pool:
         return list(pool.map(lambda r: release_node(ctx, r, target, hardware_by_node.get(r["node"])), rows))
+
+
+def plan_diff(plans):
+    """Ansible ``--diff`` of a rollout plan: per node, the MIG config label and layout now and after, and the pods
+    the change would evict (nodes already at the target and invalid nodes are left out)."""
+    before, after = [], []
+    for entry in plans:
+        if entry.get("errors") or entry.get("at_target"):
+            continue
+        node = entry["node"]
+        before.append("%s: %s=%s\n  layout: %s\n" % (node, node_step.MIG_CONFIG_LABEL, entry.get("current_config") or "unset",
+                                                     entry.get("current") or "?"))
+        pods = entry.get("pods_to_evict") or []
+        after.append("%s: %s=%s\n  layout: %s\n  evicts: %s\n" % (node, node_step.MIG_CONFIG_LABEL, entry["target_config"],
+                                                                  entry.get("target") or "?", ", ".join(pods) or "none"))
+    return {"before": "".join(before), "after": "".join(after)}

@@ -86,3 +86,20 @@ def test_rollback_summary_says_how_the_rollback_ended():
     assert rollout.rollback_summary({"verified": False, "config": "all-disabled", "result": "success",
                                      "mismatches": ["nvidia.com/gpu: want 1, have 0"]}) == \
         "all-disabled ended success but nvidia.com/gpu: want 1, have 0"
+
+
+def test_plan_diff_shows_each_node_to_change_with_its_layout_and_pods():
+    plans = [
+        {"node": "a", "errors": [], "at_target": False, "current_config": "all-disabled", "target_config": "all-balanced",
+         "current": "2x whole", "target": "2x [1g.10gb x2, 2g.20gb, 3g.40gb]", "pods_to_evict": ["ns/p1", "ns/p2"]},
+        {"node": "b", "errors": [], "at_target": True, "current_config": "all-balanced", "target_config": "all-balanced"},
+        {"node": "c", "errors": ["node c: bad"], "target_config": "all-balanced"},
+        {"node": "d", "errors": [], "at_target": False, "current_config": None, "target_config": "all-balanced",
+         "current": "1x whole", "target": "1x [7g.80gb]", "pods_to_evict": []},
+    ]
+    diff = rollout.plan_diff(plans)
+    assert diff["before"] == ("a: nvidia.com/mig.config=all-disabled\n  layout: 2x whole\n"
+                              "d: nvidia.com/mig.config=unset\n  layout: 1x whole\n")
+    assert diff["after"] == ("a: nvidia.com/mig.config=all-balanced\n  layout: 2x [1g.10gb x2, 2g.20gb, 3g.40gb]\n"
+                             "  evicts: ns/p1, ns/p2\n"
+                             "d: nvidia.com/mig.config=all-balanced\n  layout: 1x [7g.80gb]\n  evicts: none\n")
