@@ -186,14 +186,17 @@ def api_client_from_module(module):
         module.fail_json(msg=str(exc))
 
 
-def api_error_message(exc):
-    """A one-line reason from an ApiException (status, reason and the server's message)."""
+def server_message(exc):
+    """The API server's own message in an ApiException's body (a Status object), else the body as it is."""
     body = getattr(exc, "body", None) or ""
-    message = body
     try:
         import json
 
-        message = json.loads(body).get("message", body)
+        return json.loads(body).get("message", body)
     except (ValueError, TypeError, AttributeError):
-        pass
-    return "HTTP %s %s: %s" % (getattr(exc, "status", "?"), getattr(exc, "reason", ""), message)
+        return body
+
+
+def api_error_message(exc):
+    """A one-line reason from an ApiException (status, reason and the server's message)."""
+    return "HTTP %s %s: %s" % (getattr(exc, "status", "?"), getattr(exc, "reason", ""), server_message(exc))

@@ -42,6 +42,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
     get_api_client,
     last_call,
     require_kubernetes,
+    server_message,
 )
 
 try:
@@ -115,14 +116,7 @@ def connection_reason(exc):
 
 def api_reason(exc):
     """``HTTP 403 Forbidden: <the server's message>`` from an ApiException, on one line."""
-    body = getattr(exc, "body", None) or ""
-    message = body
-    try:
-        import json
-
-        message = json.loads(body).get("message", body)
-    except (ValueError, TypeError, AttributeError):
-        pass
+    message = server_message(exc)
     status = getattr(exc, "status", None)
     reason = one_line(getattr(exc, "reason", "") or "")
     if not status:  # status 0: the client could not send the request (TLS, bad arguments)
