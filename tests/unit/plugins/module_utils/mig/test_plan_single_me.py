@@ -39,7 +39,7 @@ def _single_node(product):
 
 def test_validation_expects_the_dot_me_product_under_single():
     hardware = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "mig_enabled": True,
-                          "mig_devices": ["1g.10gb+me"]} for _ in range(2)]}
+                          "mig_devices": ["1g.10gb+me"]} for _index in range(2)]}
     good = validate_node.validate_node(_single_node("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"), "single", hardware)
     assert not [p for p in good["problems"] if "gpu.product" in p]
     bad = validate_node.validate_node(_single_node("NVIDIA-H100-80GB-HBM3-MIG-1g.10gbme"), "single", hardware)
