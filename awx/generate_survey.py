@@ -24,8 +24,8 @@ def named_configs():
 
 
 def build_survey(configs):
-    # Survey format and validation rules: AWX job_template_survey_spec.md / _validate_spec_data
-    # (reference ansible-ecosystem.md §5): name, description, non-empty spec; each question needs type,
+    # Survey format and validation rules: ansible/awx awx/api/templates/api/job_template_survey_spec.md and
+    # _validate_spec_data in awx/api/views/__init__.py: name, description, non-empty spec; each question needs type,
     # question_name, variable, required; multiplechoice default must be one of the choices; min/max int or null.
     choices = sorted(set(configs)) + [CUSTOM_CHOICE]
     # Check mode is not a survey question: AWX sets it per launch with the job type prompt (check = plan only),

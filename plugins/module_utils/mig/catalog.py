@@ -22,7 +22,7 @@ NVIDIA_VENDOR_ID = "10DE"
 
 
 def normalize_pci_device_id(value):
-    """``0x233510de`` / ``0x2335`` / 0x233510DE (int) -> ``0x233510DE`` (device then vendor, §4.1)."""
+    """``0x233510de`` / ``0x2335`` / 0x233510DE (int) -> ``0x233510DE`` (device then vendor, NVIDIA/mig-parted pkg/types/device.go)."""
     if value is None or value == "":
         return None
     if isinstance(value, int):

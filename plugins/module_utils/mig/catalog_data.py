@@ -10,10 +10,12 @@ Sources:
 - nvidia-smi profile ids and placements of the 7-slice (GA100/GH100) layout: the guide's ``-lgipp``
   example and a real H200 read (tests/fixtures/h200/nvidia-smi-mig-lgipp.txt): 19/20 {0..6}:1, 15 {0,2,4,6}:2,
   14 {0,2,4}:2, 9 {0,4}:4, 5 {0}:4, 0 {0}:8;
-- NVML profile index constants: go-nvml nvml.h (§5.4); A30 ids/placements: observed -lgipp (§5.2);
-- PCI device ids: the static config's device filters (§4.2);
-- H200 memory MB, SMs and engines: real NVML read (h200-nvml-reading.json); A100 MB/SMs: go-nvml
-  mock (§5.3); H100 SMs: observed -lgip (§5.2). Unknown figures are None, never guessed.
+- NVML profile index constants: NVIDIA/go-nvml pkg/nvml/nvml.h (NVML_GPU_INSTANCE_PROFILE_*); A30 ids/placements: observed
+  ``nvidia-smi mig -lgipp`` output (names and counts: the guide's A30 table);
+- PCI device ids: the static config's device filters (same 0400_configmap.yaml);
+- H200 memory MB, SMs and engines: real NVML read (tests/fixtures/h200/gpu_info_direct.json); A100 MB/SMs: go-nvml
+  mock (NVIDIA/go-nvml pkg/nvml/mock/gpus/a100.go); H100 SMs: observed ``nvidia-smi mig -lgip``.
+  Unknown figures are None, never guessed.
 - B200 placements are not published in these sources: assumed to be the 7-slice layout because its
   names and instance counts match it one to one (guide Table 9). Marked ``placements_source``.
 - memory_mb of a model is the nominal size (name GB x 1024) except where a real read gives it.

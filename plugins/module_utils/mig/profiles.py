@@ -5,8 +5,8 @@
 
 Grammar as go-nvlib/mig-parted accept it: ``[<C>c.]<G>g.<GB>gb[+attr[,attr]|-attr]`` with attributes
 ``me``, ``me.all``, ``gfx`` (NVIDIA/go-nvlib pkg/nvlib/device/mig_profile.go).
-Config names replace ``+`` by ``.`` (mig-parted builder normalizeProfileName, §4.1) and so do
-device-plugin resource names (``nvidia.com/mig-1g.10gb.me``, §6.3).
+Config names replace ``+`` by ``.`` (NVIDIA/mig-parted pkg/mig/builder/builder.go normalizeProfileName) and so do
+device-plugin resource names (``nvidia.com/mig-1g.10gb.me``, NVIDIA/k8s-device-plugin internal/rm/rm.go).
 """
 
 from __future__ import absolute_import, division, print_function

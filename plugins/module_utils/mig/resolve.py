@@ -36,7 +36,7 @@ def _model_filter(model):
 
 
 def _gi_profiles(model):
-    """GPU-instance profiles (C == G); compute-instance profiles are skipped (§4.3)."""
+    """GPU-instance profiles (C == G); compute-instance profiles are skipped, as in NVIDIA/mig-parted pkg/mig/builder/builder.go."""
     result = []
     for profile in model.get("profiles", []):
         parsed = parse_profile(profile["name"])

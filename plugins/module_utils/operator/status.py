@@ -5,7 +5,8 @@
 
 Pure Python over plain dicts (objects as the API returns them, decoded JSON).
 Operand names, pod ``app`` labels and ``nvidia.com/gpu.deploy.*`` keys are those of GPU Operator
-v26.7.0 (reference nvidia-gpu-operator-and-mig.md §7); the ClusterPolicy status enum from §2.
+v26.7.0 (NVIDIA/gpu-operator assets/state-*/*daemonset.yaml, controllers/state_manager.go); the ClusterPolicy status
+enum from api/nvidia/v1/clusterpolicy_types.go.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -55,7 +56,7 @@ def expected_operands(node, operands):
     """Operands that should run on this node: enabled and deploy label 'true' or paused.
 
     The operator labels every GPU node for the container operands; mig-manager only MIG-capable ones
-    (§3.7). A label an admin set to 'false' means "not here" and is honoured.
+    (NVIDIA/gpu-operator controllers/state_manager.go). A label an admin set to 'false' means "not here" and is honoured.
     """
     labels = labels_of(node)
     expected = {}

@@ -5,7 +5,7 @@
 ClusterPolicy patch, and reject unknown or contradictory settings before anything is installed.
 
 Pure Python, no I/O. Value keys are those of the NVIDIA GPU Operator chart v26.7.0
-(reference nvidia-gpu-operator-and-mig.md §1.2); ClusterPolicy fields from §2.
+(NVIDIA/gpu-operator deployments/gpu-operator/values.yaml); ClusterPolicy fields from api/nvidia/v1/clusterpolicy_types.go.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -17,9 +17,9 @@ import re
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_GPU, parse_resource
 
-MIG_STRATEGIES = ("none", "single", "mixed")  # ClusterPolicy spec.mig.strategy enum (§2)
-MIG_DEFAULT_CONFIGS = ("all-disabled", "")  # CRD enum of spec.migManager.config.default (§2)
-MIG_CONFIG_KEY = "config.yaml"  # a custom MIG ConfigMap must hold this key (§1.2)
+MIG_STRATEGIES = ("none", "single", "mixed")  # ClusterPolicy spec.mig.strategy enum (clusterpolicy_types.go)
+MIG_DEFAULT_CONFIGS = ("all-disabled", "")  # CRD enum of spec.migManager.config.default (clusterpolicy_types.go)
+MIG_CONFIG_KEY = "config.yaml"  # a custom MIG ConfigMap must hold this key (chart values.yaml, migManager.config)
 
 # Top-level keys of the real chart's values.yaml, NVIDIA/gpu-operator v26.7.0
 # deployments/gpu-operator/values.yaml (its NFD subchart's values sit under the top-level key
@@ -41,7 +41,8 @@ DEPRECATED_VALUES = {
                                "itself (ClusterPolicy CRD v26.7.0); remove it from extra_values",
 }
 
-# Device-plugin config file (§9.1): top-level fields and sharing strategies.
+# Device-plugin config file: top-level fields and sharing strategies (NVIDIA/k8s-device-plugin api/config/v1/config.go,
+# README "With CUDA Time-Slicing").
 _DP_TOP_LEVEL = frozenset(("version", "flags", "resources", "sharing", "imex"))
 _DP_SHARING = frozenset(("timeSlicing", "mps"))
 _DP_SHARING_FIELDS = frozenset(("renameByDefault", "failRequestsGreaterThanOne", "resources"))
@@ -96,7 +97,7 @@ def _check_k8s_name(what, name, problems):
 
 
 def device_plugin_config_problems(configs, mig_strategy):
-    """Problems of a named set of device-plugin configs (time-slicing or MPS, §9.1)."""
+    """Problems of a named set of device-plugin configs (time-slicing or MPS; NVIDIA/k8s-device-plugin api/config/v1)."""
     problems = []
     if not isinstance(configs, dict) or not configs:
         return ["device_plugin_config must be a non-empty mapping of config name to device-plugin config"]
@@ -127,7 +128,8 @@ def device_plugin_config_problems(configs, mig_strategy):
         if "timeSlicing" in sharing and "mps" in sharing:
             problems.append("%s.sharing sets both timeSlicing and mps; they are mutually exclusive" % where)
         if "mps" in sharing and effective_strategy == "mixed":
-            # The device plugin refuses this combination: "using --mig-strategy=mixed is not supported with MPS" (§6.3).
+            # The device plugin refuses this combination: "using --mig-strategy=mixed is not supported with MPS"
+            # (NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go).
             problems.append("%s uses MPS sharing with MIG strategy mixed, which the device plugin rejects" % where)
         for kind in sorted(set(sharing) & _DP_SHARING):
             block = sharing[kind] or {}
@@ -155,7 +157,7 @@ def device_plugin_config_problems(configs, mig_strategy):
                         str(rname) == RESOURCE_GPU or _MIG_RESOURCE_PROFILE.match(parsed["profile"] or "")):
                     problems.append("%s.name %r is not nvidia.com/gpu or a nvidia.com/mig-<profile> resource" % (rwhere, rname))
                 elif parsed["kind"] == "mig" and effective_strategy != "mixed":
-                    # MIG resources exist only under the mixed strategy (§6.3).
+                    # MIG resources exist only under the mixed strategy (NVIDIA/k8s-device-plugin internal/rm/rm.go).
                     problems.append("%s shares %s but MIG strategy is %s; MIG resources are advertised only under mixed"
                                     % (rwhere, rname, effective_strategy))
                 replicas = resource.get("replicas")
@@ -194,7 +196,8 @@ def settings_problems(settings, mig_config_problems=None):
             problems.append("device_plugin_config_default %r names no entry of device_plugin_config (has: %s)"
                             % (default, ", ".join(sorted(configs))))
         if isinstance(configs, dict) and not default and len(configs) > 1 and "default" not in configs:
-            # The plugin infers the default only from a key named 'default' or a single key (§9.2).
+            # The plugin infers the default only from a key named 'default' or a single key
+            # (NVIDIA/k8s-device-plugin README, per-node configuration).
             problems.append("device_plugin_config has several entries and no 'default' one: set device_plugin_config_default")
     elif settings.get("device_plugin_config_default"):
         problems.append("device_plugin_config_default is set but device_plugin_config is empty")
@@ -226,7 +229,8 @@ def _owned_values(settings):
         "dcgmExporter": {"enabled": bool(settings.get("dcgm_exporter_enabled", True))},
         "migManager": {
             "enabled": bool(settings.get("mig_manager_enabled", True)),
-            # WITH_REBOOT as a migManager.env entry, as NVIDIA documents for CSPs (§1.2). The value is a string.
+            # WITH_REBOOT as a migManager.env entry, as NVIDIA documents for CSPs
+            # (https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html). The value is a string.
             "env": [{"name": "WITH_REBOOT", "value": "true"}] if settings.get("mig_with_reboot") else [],
             "config": {
                 "name": settings.get("mig_config_name") if settings.get("mig_config") is not None else "",
@@ -307,7 +311,7 @@ def settings_warnings(settings):
 
 
 def single_strategy_warnings(settings, mixed_profile_configs):
-    """Warn about named MIG configs that the single strategy cannot advertise (§6.2).
+    """Warn about named MIG configs that the single strategy cannot advertise (GFD internal/lm/mig-strategy.go, NVIDIA/k8s-device-plugin).
 
     ``mixed_profile_configs`` lists config names whose layout puts more than one profile on a node.
     """

@@ -66,7 +66,7 @@ def classify_pods(pods, pod_scope="gpu", runtime_classes=GPU_RUNTIME_CLASSES, fo
 
     Returns a dict with lists ``evict``, ``terminating``, ``left_alone`` and ``blockers`` of pod summaries.
     DaemonSet pods are never evicted: GPU Operator operands are paused by MIG Manager through their
-    ``nvidia.com/gpu.deploy.*`` labels (nvidia-gpu-operator-and-mig.md §3.6 step 7), and a DaemonSet would
+    ``nvidia.com/gpu.deploy.*`` labels (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go), and a DaemonSet would
     recreate anything else on the cordoned node anyway.
     """
     plan = {"evict": [], "terminating": [], "left_alone": [], "blockers": []}
@@ -138,7 +138,8 @@ def blocking_budgets(pods_to_evict, pdbs):
     """Budgets that allow fewer disruptions than the pods we would evict under them.
 
     Returns [{namespace, name, disruptions_allowed, pods: [ns/name...]}], the drain's predicted blocks
-    (user-pain.md §2.1: list budgets with disruptionsAllowed before draining)."""
+    (list budgets with disruptionsAllowed before draining: kubernetes.core k8s_drain fails on the first PDB refusal,
+    ansible-collections/kubernetes.core#797)."""
     covered = {}
     for pod in pods_to_evict:
         for pdb in budgets_for(pod, pdbs):

@@ -6,7 +6,8 @@
 Protocol facts (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go): MIG Manager acts only when
 ``nvidia.com/mig.config`` *changes*, reports through ``nvidia.com/mig.config.state`` (pending, rebooting,
 success, failed) and pauses the operands by setting ``nvidia.com/gpu.deploy.*`` to ``paused-for-mig-change``.
-Device-plugin resources and GFD labels per strategy: §6.2-§6.3.
+Device-plugin resources and GFD labels per strategy: NVIDIA/k8s-device-plugin internal/rm/rm.go and
+internal/lm/mig-strategy.go, docs/gpu-feature-discovery/README.md.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -207,7 +208,8 @@ def node_mismatches(node, expected_resources, expected_labels):
 
 def wait_verified(ops, node_name, expected_resources, expected_labels, deadline, node=None):
     """Watch until allocatable equals the plan and GFD labels agree; returns the mismatches left at the
-    deadline ([] when verified). Allocatable lags the apply while the device plugin restarts (§6.3)."""
+    deadline ([] when verified). Allocatable lags the apply while the device plugin restarts
+    (NVIDIA/k8s-device-plugin#240)."""
     node = node or ops.get_node(node_name)
     last = {"problems": []}
 
@@ -223,7 +225,8 @@ def wait_verified(ops, node_name, expected_resources, expected_labels, deadline,
 
 
 def collect_diagnostics(ops, node_name, namespace, log_lines=100):
-    """What an operator needs when a node's MIG change fails or hangs (user-pain.md §1.1-§1.3)."""
+    """What an operator needs when a node's MIG change fails or hangs (GPU busy, reset refused, stuck ``pending``:
+    NVIDIA/mig-parted#181, NVIDIA/gpu-operator#668, #2833)."""
     diagnostics = {"node": node_name}
     try:
         node = ops.get_node(node_name)
@@ -277,11 +280,13 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
 
 
 def unwedge(ops, node_name, target, check_mode=False):
-    """Restore deploy labels MIG Manager left paused and re-trigger it for ``target`` (user-pain.md §1.3).
+    """Restore deploy labels MIG Manager left paused and re-trigger it for ``target`` (NVIDIA/gpu-operator#2833;
+    fixed upstream by NVIDIA/mig-parted PR #484).
 
     MIG Manager acts only on a *change* of the config label, or on its own start with the label present
-    (§3.4). Removing and re-adding the label races the operator, which sets ``all-disabled`` on a node
-    without the label (§3.7); so the label is set to ``target`` and the node's MIG Manager pod is restarted
+    (NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go). Removing and re-adding the label races the operator, which
+    sets ``all-disabled`` on a node without the label (NVIDIA/gpu-operator controllers/nodelabeling_controller.go);
+    so the label is set to ``target`` and the node's MIG Manager pod is restarted
     (its DaemonSet brings it back and it applies the label it finds). Returns {restored_labels, retriggered,
     restarted_pods}."""
     node = ops.get_node(node_name)

@@ -5,8 +5,9 @@
 
 Pure functions over what the API server and the metrics source returned (no I/O here): the
 ``gpu_cluster_facts`` module gathers, this builds; the renderers turn the result into a table and a page.
-Facts: MIG Manager labels (reference nvidia-gpu-operator-and-mig.md §3.5), GFD labels and device-plugin
-resources (§6), dcgm-exporter metrics and labels (§8), what users need from a report (user-pain.md §3.3, §4).
+Facts: MIG Manager labels (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go), GFD labels and device-plugin
+resources (NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md, internal/rm/rm.go), dcgm-exporter metrics
+and labels (NVIDIA/dcgm-exporter etc/default-counters.csv); what the report shows and why: docs/report.md.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,7 +24,8 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import c
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError, ProfileNameError
 
 SCHEMA_VERSION = 1
-# DCGM_FI_DEV_GPU_UTIL is not reported per MIG instance; the profiling field GR_ENGINE_ACTIVE is (§8).
+# DCGM_FI_DEV_GPU_UTIL is not reported per MIG instance; the profiling field GR_ENGINE_ACTIVE is
+# (NVIDIA/dcgm-exporter#216).
 METRIC_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 METRIC_FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
 SLICE_STATES = ("free", "busy", "idle", "allocated")  # allocated: held by a pod, activity unknown (no metrics)

@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """Per-MIG-instance activity and memory from Prometheus (HTTP API) or straight from dcgm-exporter endpoints.
 
-Metric and label names are dcgm-exporter's (reference nvidia-gpu-operator-and-mig.md §8): series carry
+Metric and label names are dcgm-exporter's (NVIDIA/dcgm-exporter etc/default-counters.csv,
+internal/pkg/collector/gpu_collector.go): series carry
 ``gpu``, ``modelName``, ``GPU_I_ID``/``GPU_I_PROFILE`` (MIG only), the host name and, when pod mapping is on,
 ``pod``/``namespace``. Samples come back as flat dicts for report.build_report.
 """
@@ -114,7 +115,8 @@ def scrape_endpoints(endpoints, timeout=10, errors=None):
     return samples
 
 
-EXPORTER_POD_SELECTOR = "app=nvidia-dcgm-exporter"  # the GPU Operator's dcgm-exporter DaemonSet pods (§7)
+# The GPU Operator's dcgm-exporter DaemonSet pods (NVIDIA/gpu-operator assets/state-dcgm-exporter/0800_daemonset.yaml).
+EXPORTER_POD_SELECTOR = "app=nvidia-dcgm-exporter"
 EXPORTER_DEFAULT_PORT = 9400  # dcgm-exporter's default listener (NVIDIA dcgm-exporter command reference)
 
 

@@ -3,9 +3,9 @@
 # Apache License 2.0 (see LICENSE)
 """Does a GPU node's Kubernetes view agree with itself and with its hardware? (pure, no I/O)
 
-Checks GFD labels and device-plugin allocatable per MIG strategy (reference
-nvidia-gpu-operator-and-mig.md §6.1-§6.3) against each other and, when the node's hardware facts are
-known, against them. Every problem names the label, resource or GPU it is about.
+Checks GFD labels and device-plugin allocatable per MIG strategy (NVIDIA/k8s-device-plugin
+docs/gpu-feature-discovery/README.md, internal/lm/mig-strategy.go, internal/rm/rm.go) against each other
+and, when the node's hardware facts are known, against them. Every problem names the label, resource or GPU it is about.
 """
 
 from __future__ import absolute_import, division, print_function

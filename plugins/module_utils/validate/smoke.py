@@ -45,7 +45,8 @@ def pod_manifest(node, resource, namespace, image, command, runtime_class_name=N
         # node's allocatable, and no hostname label is needed.
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
-        # GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule; the operator's own pods tolerate it too (§7).
+        # GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule; the operator's own pods tolerate it too
+        # (NVIDIA/gpu-operator deployments/gpu-operator/values.yaml daemonsets.tolerations).
         "tolerations": [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [{
             "name": "nvidia-smi",
