@@ -28,6 +28,13 @@ FREE_FORM = {
     ("gpu_drain", "left_alone.gpu_resources"): _RESOURCES,
     ("gpu_drain", "terminating.gpu_resources"): _RESOURCES,
     ("gpu_drain", "blockers.gpu_resources"): _RESOURCES,
+    ("gpu_cluster_facts", "report.nodes.allocatable"): _RESOURCES,
+    ("gpu_cluster_facts", "report.nodes.requested"): _RESOURCES,
+    ("gpu_cluster_facts", "report.findings.details"): "keys depend on the finding's kind",
+    ("gpu_cluster_facts", "report.totals.per_resource"): "keys are resource names, values are count dicts",
+    ("gpu_cluster_facts", "schema"): "a JSON Schema document",
+    ("gpu_node_validate", "nodes"): "keys are node names, values are per-node results",
+    ("gpu_operator_status", "nodes"): "keys are node names, values map operand names to a status",
 }
 
 
