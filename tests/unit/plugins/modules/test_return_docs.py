@@ -17,6 +17,7 @@ MODULES_DIR = os.path.join(ROOT, "plugins", "modules")
 MODULES = sorted(name[:-3] for name in os.listdir(MODULES_DIR)
                  if name.endswith(".py") and not name.startswith("_"))
 
+_PROFILES = "keys are MIG profile names, values are counts"
 _RESOURCES = "keys are extended resource names (nvidia.com/gpu, nvidia.com/mig-*), values are counts"
 
 # (module, dotted return path) -> why the value has no fixed keys.
@@ -39,6 +40,17 @@ FREE_FORM = {
     ("gpu_operator_values", "cluster_policy_patch"): "a merge patch in NVIDIA's ClusterPolicy layout",
     ("gpu_operator_values", "configmaps.metadata.labels"): "keys are label names",
     ("gpu_operator_values", "configmaps.data"): "keys are file names, values are YAML text",
+    ("mig_plan", "plan.gpus.target"): _PROFILES,
+    ("mig_plan", "plan.gpus.current"): _PROFILES,
+    ("mig_plan", "plan.gpus.alternatives"): "each element maps profile names to counts",
+    ("mig_apply", "plan.gpus.target"): _PROFILES,
+    ("mig_apply", "plan.gpus.current"): _PROFILES,
+    ("mig_apply", "plan.gpus.alternatives"): "each element maps profile names to counts",
+    ("mig_plan", "expected_resources"): _RESOURCES,
+    ("mig_plan", "expected_gfd_labels"): "keys are node label names, values are label values",
+    ("mig_apply", "gpu_states"): "keys are GPU indices, values are states",
+    ("mig_apply", "mismatches.current"): _PROFILES,
+    ("mig_apply", "mismatches.target"): _PROFILES,
 }
 
 
