@@ -18,6 +18,8 @@ MODULES = sorted(name[:-3] for name in os.listdir(MODULES_DIR)
                  if name.endswith(".py") and not name.startswith("_"))
 
 _PROFILES = "keys are MIG profile names, values are counts"
+_LABELS = "keys are node label names, values are label values"
+_LOGS = "keys are MIG Manager pods (namespace/name), values are log text"
 _RESOURCES = "keys are extended resource names (nvidia.com/gpu, nvidia.com/mig-*), values are counts"
 
 # (module, dotted return path) -> why the value has no fixed keys.
@@ -47,10 +49,14 @@ FREE_FORM = {
     ("mig_apply", "plan.gpus.current"): _PROFILES,
     ("mig_apply", "plan.gpus.alternatives"): "each element maps profile names to counts",
     ("mig_plan", "expected_resources"): _RESOURCES,
-    ("mig_plan", "expected_gfd_labels"): "keys are node label names, values are label values",
+    ("mig_plan", "expected_gfd_labels"): _LABELS,
     ("mig_apply", "gpu_states"): "keys are GPU indices, values are states",
     ("mig_apply", "mismatches.current"): _PROFILES,
     ("mig_apply", "mismatches.target"): _PROFILES,
+    ("node_mig_config", "plan.expected_resources"): _RESOURCES,
+    ("node_mig_config", "plan.expected_gfd_labels"): _LABELS,
+    ("node_mig_config", "diagnostics.gpu_allocatable"): _RESOURCES,
+    ("node_mig_config", "diagnostics.mig_manager_logs"): _LOGS,
 }
 
 
