@@ -57,6 +57,11 @@ FREE_FORM = {
     ("node_mig_config", "plan.expected_gfd_labels"): _LABELS,
     ("node_mig_config", "diagnostics.gpu_allocatable"): _RESOURCES,
     ("node_mig_config", "diagnostics.mig_manager_logs"): _LOGS,
+    ("mig_rollout", "plan.expected_resources"): _RESOURCES,
+    ("mig_rollout", "plan.expected_gfd_labels"): _LABELS,
+    ("mig_rollout", "rows.diagnostics.gpu_allocatable"): _RESOURCES,
+    ("mig_rollout", "rows.diagnostics.mig_manager_logs"): _LOGS,
+    ("mig_rollout", "api_requests.by_verb"): "keys are HTTP verbs, values are request counts",
 }
 
 
