@@ -133,7 +133,7 @@ evicted:
       sample: {nvidia.com/mig-1g.10gb: 1}
     reason:
       description: Why the pod is left alone, waited for or blocks the drain; absent for pods to evict.
-      returned: in O(left_alone), O(terminating) and O(blockers)
+      returned: in RV(left_alone), RV(terminating) and RV(blockers)
       type: str
       sample: DaemonSet pod
 would_evict:
