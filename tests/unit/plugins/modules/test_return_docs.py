@@ -85,8 +85,7 @@ def walk(doc, path=()):
         here = path + (str(key),)
         yield ".".join(here), entry
         if isinstance(entry, dict) and isinstance(entry.get("contains"), dict):
-            for item in walk(entry["contains"], here):
-                yield item
+            yield from walk(entry["contains"], here)
 
 
 def undocumented_nested(module, doc):
