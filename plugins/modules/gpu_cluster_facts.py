@@ -122,19 +122,230 @@ report:
   contains:
     schema_version:
       description: Version of the report's layout; bumped on incompatible changes.
+      returned: always
       type: int
       sample: 1
+    generated_at:
+      description: When the report was built, ISO 8601 UTC.
+      returned: always
+      type: str
+    metrics_source:
+      description: Where slice activity came from, V(none), V(prometheus) or V(dcgm-exporter).
+      returned: always
+      type: str
+    options:
+      description: The thresholds the report was built with (the defaults merged with the module's options).
+      returned: always
+      type: dict
+      contains:
+        idle_below:
+          description: Engine activity (0..1) under which a held slice counts as idle.
+          returned: always
+          type: float
+        stuck_after_s:
+          description: Seconds after which a pending or rebooting MIG state counts as stuck.
+          returned: always
+          type: int
+        window_s:
+          description: Metrics window in seconds the activity is averaged over.
+          returned: always
+          type: int
     nodes:
-      description: One entry per GPU node with its GPUs and their slices.
+      description: One entry per GPU node with its GPUs and their slices, by node name.
+      returned: always
       type: list
       elements: dict
+      contains:
+        name:
+          description: Node name.
+          returned: always
+          type: str
+        model:
+          description: GPU model name, or null when unknown.
+          returned: always
+          type: str
+        product_label:
+          description: The node's C(nvidia.com/gpu.product) label.
+          returned: always
+          type: str
+        mig_capable:
+          description: Whether the node's GPUs support MIG.
+          returned: always
+          type: bool
+        mig_strategy:
+          description: V(none), V(single) or V(mixed), as the node's labels show it.
+          returned: always
+          type: str
+        mig_config:
+          description: The node's C(nvidia.com/mig.config) label (the MIG layout asked for).
+          returned: always
+          type: str
+        mig_config_state:
+          description: The node's C(nvidia.com/mig.config.state) label (pending, rebooting, success, failed or null).
+          returned: always
+          type: str
+        state_since:
+          description: When the MIG state label last changed, ISO 8601, when known.
+          returned: always
+          type: str
+        state_seconds:
+          description: Seconds since the MIG state label last changed, when known.
+          returned: always
+          type: int
+        deploy_paused:
+          description: GPU Operator operands paused on the node (C(nvidia.com/gpu.deploy.*) labels set to paused).
+          returned: always
+          type: list
+          elements: str
+        ready:
+          description: Whether the node is Ready.
+          returned: always
+          type: bool
+        unschedulable:
+          description: Whether the node is cordoned.
+          returned: always
+          type: bool
+        allocatable:
+          description: The node's allocatable GPU resources, a map of resource name to count.
+          returned: always
+          type: dict
+          sample: {nvidia.com/mig-1g.18gb: 7}
+        requested:
+          description: GPU resources requested by the node's active pods, a map of resource name to count.
+          returned: always
+          type: dict
+        findings:
+          description: Number of findings about this node.
+          returned: always
+          type: int
+        gpus:
+          description: The node's GPUs by index.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            index:
+              description: GPU index.
+              returned: always
+              type: int
+            model:
+              description: GPU model name, or null.
+              returned: always
+              type: str
+            mig_enabled:
+              description: Whether the GPU has MIG on.
+              returned: always
+              type: bool
+            layout_source:
+              description: Where the slices come from, V(dcgm) (metrics) or V(label) (the node's labels and the plan).
+              returned: always
+              type: str
+            engine_active:
+              description: Whole-GPU engine activity (0..1) without MIG, when metrics have it; else null.
+              returned: always
+              type: float
+            fb_used_mib:
+              description: Whole-GPU framebuffer memory used in MiB without MIG, when metrics have it; else null.
+              returned: always
+              type: float
+            slices:
+              description: The GPU's MIG slices (one whole-GPU slice without MIG).
+              returned: always
+              type: list
+              elements: dict
+              contains:
+                gi_id:
+                  description: GPU instance id, when metrics have it; else null.
+                  returned: always
+                  type: int
+                profile:
+                  description: MIG profile name.
+                  returned: always
+                  type: str
+                start:
+                  description: First memory slice of the placement, when known.
+                  returned: always
+                  type: int
+                size:
+                  description: Memory slices of the placement, when known.
+                  returned: always
+                  type: int
+                pod:
+                  description: The pod (namespace/name) holding the slice, or null.
+                  returned: always
+                  type: str
+                pod_mapping:
+                  description: How the pod was matched to the slice, V(dcgm), V(by-request) or null.
+                  returned: always
+                  type: str
+                state:
+                  description: V(free), V(busy), V(idle) or V(allocated) (held, activity unknown).
+                  returned: always
+                  type: str
+                engine_active:
+                  description: Engine activity (0..1) over the window, or null.
+                  returned: always
+                  type: float
+                fb_used_mib:
+                  description: Framebuffer memory used in MiB, or null.
+                  returned: always
+                  type: float
     findings:
       description: Drift, stuck, idle, unallocatable and suggestion findings, each with node and action.
+      returned: always
       type: list
       elements: dict
+      contains:
+        kind:
+          description: V(drift), V(stuck), V(idle), V(unallocatable) or V(suggestion).
+          returned: always
+          type: str
+        severity:
+          description: V(info), V(warning) or V(error).
+          returned: always
+          type: str
+        node:
+          description: The node concerned, or null for a cluster-wide finding.
+          returned: always
+          type: str
+        gpu:
+          description: The GPU index concerned, or null.
+          returned: always
+          type: int
+        message:
+          description: What was found.
+          returned: always
+          type: str
+        action:
+          description: What to do about it.
+          returned: always
+          type: str
+        details:
+          description:
+            - The finding's data, whose keys depend on RV(report.findings[].kind) (for example C(pod),
+              C(resource), C(count) for unallocatable; C(gpus), C(mig_parted_config), C(feasible) for a suggestion).
+          returned: always
+          type: dict
     totals:
       description: Node and GPU counts and, per resource, allocatable, requested, idle-but-allocated and free.
+      returned: always
       type: dict
+      contains:
+        nodes:
+          description: Number of GPU nodes.
+          returned: always
+          type: int
+        gpus:
+          description: Number of GPUs.
+          returned: always
+          type: int
+        per_resource:
+          description:
+            - A map of GPU resource name (C(nvidia.com/gpu), C(nvidia.com/mig-*)) to its counts, each a dict with
+              C(allocatable), C(requested), C(idle_allocated) and C(free) (integers).
+          returned: always
+          type: dict
+          sample: {nvidia.com/mig-1g.18gb: {allocatable: 7, requested: 3, idle_allocated: 1, free: 4}}
 table:
   description: The report as a plain-text table.
   returned: when C(table) is in O(formats)
@@ -144,7 +355,7 @@ html:
   returned: when C(html) is in O(formats)
   type: str
 schema:
-  description: JSON schema of RV(report).
+  description: JSON schema (draft 2020-12) of RV(report), a JSON Schema document.
   returned: always
   type: dict
 metrics_error:

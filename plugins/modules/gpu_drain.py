@@ -107,41 +107,108 @@ node:
   returned: always
   type: str
 evicted:
-  description: Pods evicted by this run (namespace, name, uid, gpu_resources).
+  description: Pods evicted (or deleted, with O(disable_eviction)) by this run.
   returned: when state=drained
   type: list
   elements: dict
+  contains: &pod_summary
+    namespace:
+      description: The pod's namespace.
+      returned: always
+      type: str
+    name:
+      description: The pod's name.
+      returned: always
+      type: str
+    uid:
+      description: The pod's UID.
+      returned: always
+      type: str
+    gpu_resources:
+      description:
+        - The GPU resources the pod holds, as Kubernetes counts them (app containers plus sidecar init
+          containers, or the larger init container need); a map of resource name to count, zero entries dropped.
+      returned: always
+      type: dict
+      sample: {nvidia.com/mig-1g.10gb: 1}
+    reason:
+      description: Why the pod is left alone, waited for or blocks the drain; absent for pods to evict.
+      returned: in RV(left_alone), RV(terminating) and RV(blockers)
+      type: str
+      sample: DaemonSet pod
 would_evict:
   description: In check mode, the pods that would be evicted.
   returned: check mode, state=drained
   type: list
   elements: dict
+  contains: *pod_summary
 planned_evictions:
   description: The pods this run planned to evict (the eviction plan; RV(evicted) is what happened).
   returned: when state=drained
   type: list
   elements: dict
+  contains: *pod_summary
+gone_before_eviction:
+  description: Planned pods that were already gone when the eviction was sent (404).
+  returned: when state=drained and not check mode
+  type: list
+  elements: dict
+  contains: *pod_summary
 left_alone:
   description: Pods left alone, each with a reason (DaemonSet, no GPU, finished, mirror pod).
   returned: when state=drained
   type: list
   elements: dict
+  contains: *pod_summary
 terminating:
   description: Pods already terminating that the drain waited for.
   returned: when state=drained
   type: list
   elements: dict
+  contains: *pod_summary
 blockers:
   description: Pods that block the drain before any change (bare pods, emptyDir) with the reason.
   returned: when state=drained
   type: list
   elements: dict
+  contains: *pod_summary
 blocking_budgets:
   description: PodDisruptionBudgets that allow fewer disruptions than the planned evictions need.
   returned: when state=drained
   type: list
   elements: dict
   sample: [{namespace: team-a, name: trainer-pdb, disruptions_allowed: 0, pods: [team-a/trainer-0]}]
+  contains:
+    namespace:
+      description: The budget's namespace.
+      returned: always
+      type: str
+    name:
+      description: The budget's name.
+      returned: always
+      type: str
+    disruptions_allowed:
+      description: The budget's C(status.disruptionsAllowed).
+      returned: always
+      type: int
+    pods:
+      description: The planned pods (namespace/name) the budget covers.
+      returned: always
+      type: list
+      elements: str
+node_unschedulable:
+  description: Whether the node was unschedulable (cordoned) before this run.
+  returned: when state=drained
+  type: bool
+cordon_needed:
+  description: Whether the node needed a cordon patch (not yet cordoned by this module).
+  returned: when state=drained
+  type: bool
+still_running:
+  description: Evicted pods (namespace/name) still present at the deadline.
+  returned: on a timeout failure
+  type: list
+  elements: str
 blocked_by:
   description: Budgets (namespace/name) still refusing evictions at the deadline.
   returned: on a PDB-blocked failure

@@ -106,54 +106,222 @@ gpus:
   contains:
     index:
       description: NVML index.
+      returned: always
       type: int
     name:
       description: Model name as NVML reports it.
+      returned: always
       type: str
       sample: NVIDIA H200
     uuid:
       description: GPU UUID.
+      returned: always
       type: str
     pci_bus_id:
       description: PCI bus id.
+      returned: always
       type: str
     pci_device_id:
       description: PCI device and vendor id, C(0xDDDDVVVV), as mig-parted device filters write it.
+      returned: always
       type: str
       sample: "0x233510DE"
     pci_subsystem_id:
       description: PCI subsystem id.
+      returned: always
       type: str
     memory_mb:
       description: Total memory in MiB.
+      returned: always
       type: int
     mig_capable:
       description: Whether the GPU supports MIG.
+      returned: always
       type: bool
     mig:
-      description: MIG mode, C(current) and C(pending) (they differ until a GPU reset).
+      description: MIG mode (they differ until a GPU reset); both false on a GPU without MIG.
+      returned: always
       type: dict
+      contains:
+        current:
+          description: Whether MIG mode is enabled now.
+          returned: always
+          type: bool
+        pending:
+          description: Whether MIG mode will be enabled after the next GPU reset.
+          returned: always
+          type: bool
     profiles:
       description:
-        - GPU-instance profiles from the hardware, each with C(name), C(id) (nvidia-smi profile id), C(index)
-          (NVML constant), C(slices), C(memory_slices), C(instance_count), C(multiprocessors), C(memory_mb),
-          C(copy_engines), C(decoders), C(encoders), C(jpegs), C(ofas), C(p2p), C(placements) (list of
-          C(start)/C(size)) and C(remaining) (instances that can still be created).
+        - GPU-instance profiles from the hardware; empty when O(profiles=false) or the GPU has no MIG.
         - On GPUs whose NVML instance counts are known to be wrong (A30, as mig-parted hard-codes its table),
-          C(instance_count) comes from the built-in catalog; NVML's figure is kept as C(nvml_instance_count)
-          and C(instance_count_source) is C(catalog).
+          RV(gpus[].profiles[].instance_count) comes from the built-in catalog.
+      returned: always
       type: list
       elements: dict
+      contains:
+        name:
+          description: Profile name as nvidia-smi and mig-parted write it.
+          returned: always
+          type: str
+          sample: 1g.18gb
+        id:
+          description: nvidia-smi profile id (NVML's profile info id).
+          returned: always
+          type: int
+        index:
+          description: NVML profile constant (C(NVML_GPU_INSTANCE_PROFILE_*)).
+          returned: always
+          type: int
+        slices:
+          description: Compute slices the profile uses.
+          returned: always
+          type: int
+        memory_slices:
+          description: Memory slices the profile uses (the largest placement size).
+          returned: always
+          type: int
+        instance_count:
+          description: Most instances of the profile the GPU holds.
+          returned: always
+          type: int
+        nvml_instance_count:
+          description: NVML's instance count, kept where the catalog's replaces it.
+          returned: when instance_count_source is catalog
+          type: int
+        instance_count_source:
+          description: V(catalog) where RV(gpus[].profiles[].instance_count) comes from the built-in catalog.
+          returned: when NVML's count is known to be wrong
+          type: str
+        multiprocessors:
+          description: Streaming multiprocessors of an instance.
+          returned: always
+          type: int
+        memory_mb:
+          description: Memory of an instance in MiB.
+          returned: always
+          type: int
+        copy_engines:
+          description: Copy engines of an instance.
+          returned: always
+          type: int
+        decoders:
+          description: Video decoders of an instance.
+          returned: always
+          type: int
+        encoders:
+          description: Video encoders of an instance.
+          returned: always
+          type: int
+        jpegs:
+          description: JPEG decoders of an instance.
+          returned: always
+          type: int
+        ofas:
+          description: Optical flow accelerators of an instance.
+          returned: always
+          type: int
+        p2p:
+          description: Whether the profile supports peer-to-peer.
+          returned: always
+          type: bool
+        placements:
+          description: Possible placements of an instance, each C(start) and C(size) in memory slices.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            start:
+              description: First memory slice.
+              returned: always
+              type: int
+            size:
+              description: Number of memory slices.
+              returned: always
+              type: int
+        remaining:
+          description: Instances of the profile that can still be created now.
+          returned: always
+          type: int
     instances:
-      description:
-        - Current GPU instances with C(id), C(profile), C(profile_id), C(start), C(size) and
-          C(compute_instances).
+      description: Current GPU instances, by placement; empty when MIG is off or O(instances=false).
+      returned: always
       type: list
       elements: dict
+      contains:
+        id:
+          description: GPU instance id.
+          returned: always
+          type: int
+        profile:
+          description: Profile name.
+          returned: always
+          type: str
+          sample: 3g.71gb
+        profile_id:
+          description: NVML profile id.
+          returned: always
+          type: int
+        start:
+          description: First memory slice of the placement.
+          returned: always
+          type: int
+        size:
+          description: Memory slices of the placement.
+          returned: always
+          type: int
+        compute_instances:
+          description: The compute instances inside the GPU instance.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            id:
+              description: Compute instance id.
+              returned: always
+              type: int
+            profile_id:
+              description: NVML compute-instance profile id.
+              returned: always
+              type: int
+            slices:
+              description: Compute slices of the compute instance.
+              returned: always
+              type: int
+            start:
+              description: First slice of its placement.
+              returned: always
+              type: int
+            size:
+              description: Slices of its placement.
+              returned: always
+              type: int
     processes:
-      description: Processes holding the GPU, with C(pid), C(name), C(used_mb), C(gpu_instance_id), C(compute_instance_id).
+      description: Processes holding the GPU; empty when O(processes=false).
+      returned: always
       type: list
       elements: dict
+      contains:
+        pid:
+          description: Process id.
+          returned: always
+          type: int
+        name:
+          description: Process name.
+          returned: always
+          type: str
+        used_mb:
+          description: GPU memory it uses in MiB; null where NVML does not say.
+          returned: always
+          type: int
+        gpu_instance_id:
+          description: GPU instance it runs in; null without MIG.
+          returned: always
+          type: int
+        compute_instance_id:
+          description: Compute instance it runs in; null without MIG.
+          returned: always
+          type: int
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib

@@ -69,15 +69,34 @@ strategy:
   returned: always
   type: str
 nodes:
-  description: Per node, C(problems) (list of strings), C(smoke_resources), C(product), C(summary) and
-    C(hardware_checked) (whether labels were compared with hardware facts).
+  description:
+    - A map of node name (each node of O(nodes)) to its result, a dict with C(problems) (list of strings),
+      C(smoke_resources) (the GPU resources to smoke-test, list of strings), C(product) (GPU model or null),
+      C(summary) (the node's GPU facts from its labels, as in M(gpufleet.gpu_operator.gpu_cluster_facts); empty
+      for a node not found) and C(hardware_checked) (bool, whether labels were compared with hardware facts).
   returned: always
   type: dict
+  sample: {"gpu-a": {"problems": [], "smoke_resources": ["nvidia.com/mig-1g.18gb"], "product": "NVIDIA H200",
+           "summary": {"node_name": "gpu-a", "mig_strategy": "mixed"}, "hardware_checked": true}}
 smoke_targets:
-  description: Input for M(gpufleet.gpu_operator.gpu_smoke_test) (node, resources, product) for every node found.
+  description: Input for M(gpufleet.gpu_operator.gpu_smoke_test) O(gpufleet.gpu_operator.gpu_smoke_test#module:targets), one per node found.
   returned: always
   type: list
   elements: dict
+  contains:
+    node:
+      description: Node name.
+      returned: always
+      type: str
+    resources:
+      description: GPU resources to smoke-test on the node.
+      returned: always
+      type: list
+      elements: str
+    product:
+      description: GPU model name from the node's labels, or null.
+      returned: always
+      type: str
 problems:
   description: Every problem, one line each, prefixed with the node name.
   returned: always

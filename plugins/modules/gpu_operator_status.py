@@ -78,7 +78,9 @@ operands:
   elements: str
   sample: [driver, container-toolkit, device-plugin, gpu-feature-discovery, dcgm-exporter, operator-validator, mig-manager]
 nodes:
-  description: Per node, each expected operand's status (C(ready) or the reason it is not).
+  description:
+    - A map of node name to a map of operand name to its status on that node (V(ready) or the reason it is not).
+    - A node that was not found, or has no GPU, maps C(node) to the reason instead.
   returned: always
   type: dict
   sample: {"gpu-a": {"device-plugin": "ready", "mig-manager": "paused-for-mig-change"}}

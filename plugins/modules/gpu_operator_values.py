@@ -105,17 +105,53 @@ EXAMPLES = r"""
 
 RETURN = r"""
 values:
-  description: Helm values for the chart.
+  description:
+    - Helm values for NVIDIA's C(gpu-operator) chart, laid out as the chart's C(values.yaml)
+      (U(https://github.com/NVIDIA/gpu-operator/blob/main/deployments/gpu-operator/values.yaml)).
   returned: success
   type: dict
   sample: {"mig": {"strategy": "mixed"}, "driver": {"enabled": false}}
 configmaps:
-  description: ConfigMap manifests the role applies before the chart.
+  description: ConfigMap manifests the role applies before the chart (the custom MIG config, the device-plugin configs).
   returned: success
   type: list
   elements: dict
+  contains:
+    apiVersion:
+      description: Always V(v1).
+      returned: always
+      type: str
+    kind:
+      description: Always V(ConfigMap).
+      returned: always
+      type: str
+    metadata:
+      description: The ConfigMap's metadata.
+      returned: always
+      type: dict
+      contains:
+        name:
+          description: O(mig_config_name) or O(device_plugin_config_name).
+          returned: always
+          type: str
+        namespace:
+          description: O(namespace).
+          returned: always
+          type: str
+        labels:
+          description: C(app.kubernetes.io/managed-by=gpufleet.gpu_operator), a map of label name to value.
+          returned: always
+          type: dict
+    data:
+      description:
+        - A map of file name to YAML text, C(config.yaml) for the MIG config, one entry per O(device_plugin_config)
+          key for the device-plugin configs.
+      returned: always
+      type: dict
 cluster_policy_patch:
-  description: Merge patch for ClusterPolicy C(cluster-policy) (strategy, MIG and device-plugin config names).
+  description:
+    - Merge patch for ClusterPolicy C(cluster-policy) (strategy, MIG and device-plugin config names), laid out as
+      NVIDIA's ClusterPolicy C(spec).
   returned: success
   type: dict
   sample: {"spec": {"mig": {"strategy": "mixed"}, "migManager": {"config": {"name": "", "default": "all-disabled"}}}}

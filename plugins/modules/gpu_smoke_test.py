@@ -94,6 +94,31 @@ results:
   sample:
     - {"node": "gpu-a", "resource": "nvidia.com/gpu", "pod": "smoke-gpu-a-gpu-1a2b3c4d", "ok": true,
        "output": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)", "problem": null}
+  contains:
+    node:
+      description: Node the pod ran on.
+      returned: always
+      type: str
+    resource:
+      description: The GPU resource the pod requested.
+      returned: always
+      type: str
+    pod:
+      description: The smoke-test pod's name (deleted afterwards).
+      returned: always
+      type: str
+    ok:
+      description: Whether the pod saw the GPU it asked for; null in check mode (nothing run).
+      returned: always
+      type: bool
+    output:
+      description: The pod's log (empty in check mode).
+      returned: always
+      type: str
+    problem:
+      description: What was wrong, or null when RV(results[].ok) is true.
+      returned: always
+      type: str
 failed_checks:
   description: One line per failed pod naming the node, the resource and what was wrong.
   returned: always

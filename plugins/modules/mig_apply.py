@@ -86,10 +86,181 @@ plan:
   description: The plan applied (see M(gpufleet.gpu_operator.mig_plan) RV(gpufleet.gpu_operator.mig_plan#module:plan)).
   returned: success or when the layout could not be applied
   type: dict
+  contains:
+    feasible:
+      description: Whether every GPU can hold the layout.
+      returned: always
+      type: bool
+    reason:
+      description: Why not, naming the GPU and the limit; null when feasible.
+      returned: always
+      type: str
+    mode_change_required:
+      description: Whether some GPU must switch MIG mode.
+      returned: always
+      type: bool
+    changed:
+      description: Whether applying the plan changes anything.
+      returned: always
+      type: bool
+    config_name:
+      description: The MIG config planned (O(config_name)), or null with O(mig_devices).
+      returned: always
+      type: str
+    gpus:
+      description: One entry per GPU, by index.
+      returned: always
+      type: list
+      elements: dict
+      contains:
+        index:
+          description: GPU index.
+          returned: always
+          type: int
+        model:
+          description: GPU model name.
+          returned: always
+          type: str
+        pci_device_id:
+          description: PCI device and vendor id, C(0xDDDDVVVV).
+          returned: always
+          type: str
+        profiles_source:
+          description: Where the profile table came from, V(catalog) or the hardware facts.
+          returned: always
+          type: str
+        mig_enabled:
+          description: Whether the target has MIG on; null when the config has no entry for the GPU.
+          returned: always
+          type: bool
+        current_mig_enabled:
+          description: Whether MIG is on now.
+          returned: always
+          type: bool
+        pending_mig_enabled:
+          description: Whether MIG will be on after the next GPU reset.
+          returned: always
+          type: bool
+        target:
+          description: The target layout, a map of profile name to count (empty with MIG off).
+          returned: always
+          type: dict
+          sample: {"1g.18gb": 2, "3g.71gb": 1}
+        current:
+          description: The current layout, a map of profile name to count.
+          returned: always
+          type: dict
+        placements:
+          description: Where each target instance goes.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            profile:
+              description: Profile name.
+              returned: always
+              type: str
+            start:
+              description: First memory slice.
+              returned: always
+              type: int
+            size:
+              description: Memory slices.
+              returned: always
+              type: int
+        creation_order:
+          description: Profile names in the order the instances are created.
+          returned: always
+          type: list
+          elements: str
+        keep:
+          description: Current instances that stay (C(profile), C(start), C(size)).
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            profile:
+              description: Profile name.
+              returned: always
+              type: str
+            start:
+              description: First memory slice.
+              returned: always
+              type: int
+            size:
+              description: Memory slices.
+              returned: always
+              type: int
+        destroy:
+          description: Current instances to destroy, as the hardware facts list them (C(profile), C(start), C(size), ...).
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            profile:
+              description: Profile name.
+              returned: always
+              type: str
+            start:
+              description: First memory slice, when known.
+              returned: when the facts have it
+              type: int
+            size:
+              description: Memory slices, when known.
+              returned: when the facts have it
+              type: int
+        create:
+          description: Instances to create, in creation order.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            profile:
+              description: Profile name.
+              returned: always
+              type: str
+            start:
+              description: First memory slice.
+              returned: always
+              type: int
+            size:
+              description: Memory slices.
+              returned: always
+              type: int
+        mode_change_required:
+          description: Whether the GPU's MIG mode must change (a GPU reset).
+          returned: always
+          type: bool
+        mode_write_required:
+          description: Whether the pending MIG mode must be written.
+          returned: always
+          type: bool
+        reset_pending:
+          description: Whether a wanted MIG mode change only waits for a GPU reset.
+          returned: always
+          type: bool
+        feasible:
+          description: Whether the GPU can hold its target.
+          returned: always
+          type: bool
+        reason:
+          description: Why not; null when feasible.
+          returned: always
+          type: str
+        alternatives:
+          description: Feasible layouts nearest to an infeasible target, each a map of profile name to count.
+          returned: always
+          type: list
+          elements: dict
+          sample: [{"1g.18gb": 7}]
+        changed:
+          description: Whether the GPU changes.
+          returned: always
+          type: bool
 gpu_states:
   description:
-    - Per GPU index, C(unchanged), C(new) (target applied), C(old) (untouched or rolled back), C(pending-reset)
-      (MIG mode change waits for a reset), or C(partial) (rollback failed; inspect with gpu_info).
+    - A map of GPU index to its state, C(unchanged), C(new) (target applied), C(old) (untouched or rolled back),
+      C(pending-reset) (MIG mode change waits for a reset), or C(partial) (rollback failed; inspect with gpu_info).
   returned: always when the plan was computed
   type: dict
   sample: {"0": "new", "1": "pending-reset"}
@@ -109,15 +280,62 @@ reset_required_gpus:
   elements: int
 mismatches:
   description:
-    - GPUs whose NVML state after applying is not the plan's target (C(index), C(current), C(target), C(text)).
+    - GPUs whose NVML state after applying is not the plan's target.
   returned: when the check after applying failed
   type: list
   elements: dict
+  contains:
+    index:
+      description: GPU index.
+      returned: always
+      type: int
+    mig_enabled:
+      description: Whether MIG is on now; null when the GPU is missing from NVML's answer.
+      returned: always
+      type: bool
+    mig_pending:
+      description: Whether MIG will be on after a GPU reset; null when the GPU is missing.
+      returned: always
+      type: bool
+    current:
+      description: The GPU's instances now, a map of profile name to count; null when the GPU is missing.
+      returned: always
+      type: dict
+    target_mig_enabled:
+      description: Whether the plan wants MIG on.
+      returned: always
+      type: bool
+    target:
+      description: The plan's layout, a map of profile name to count.
+      returned: always
+      type: dict
+    text:
+      description: The difference in words, naming the GPU.
+      returned: always
+      type: str
+      sample: GPU 0 has MIG on with 3g.71gb:2, wants MIG on with 1g.18gb:7
 holders:
-  description: Processes using GPUs the plan changes (C(gpu), C(pid), C(name), C(gpu_instance_id)).
+  description: Processes using GPUs the plan changes.
   returned: when processes were found
   type: list
   elements: dict
+  contains:
+    gpu:
+      description: GPU index.
+      returned: always
+      type: int
+    pid:
+      description: Process id.
+      returned: always
+      type: int
+    name:
+      description: Process name, or null.
+      returned: always
+      type: str
+    gpu_instance_id:
+      description: GPU instance the process runs in, or null (whole GPU).
+      returned: always
+      type: int
 """
 
 import os

@@ -125,19 +125,220 @@ plan:
       C(create), C(mode_change_required), C(feasible), C(reason), C(alternatives).
   returned: success
   type: dict
+  contains:
+    feasible:
+      description: Whether every GPU can hold the layout.
+      returned: always
+      type: bool
+    reason:
+      description: Why not, naming the GPU and the limit; null when feasible.
+      returned: always
+      type: str
+    mode_change_required:
+      description: Whether some GPU must switch MIG mode.
+      returned: always
+      type: bool
+    changed:
+      description: Whether applying the plan changes anything.
+      returned: always
+      type: bool
+    config_name:
+      description: The MIG config planned (O(config_name)), or null with O(mig_devices).
+      returned: always
+      type: str
+    gpus:
+      description: One entry per GPU, by index.
+      returned: always
+      type: list
+      elements: dict
+      contains:
+        index:
+          description: GPU index.
+          returned: always
+          type: int
+        model:
+          description: GPU model name.
+          returned: always
+          type: str
+        pci_device_id:
+          description: PCI device and vendor id, C(0xDDDDVVVV).
+          returned: always
+          type: str
+        profiles_source:
+          description: Where the profile table came from, V(catalog) or the hardware facts.
+          returned: always
+          type: str
+        mig_enabled:
+          description: Whether the target has MIG on; null when the config has no entry for the GPU.
+          returned: always
+          type: bool
+        current_mig_enabled:
+          description: Whether MIG is on now.
+          returned: always
+          type: bool
+        pending_mig_enabled:
+          description: Whether MIG will be on after the next GPU reset.
+          returned: always
+          type: bool
+        target:
+          description: The target layout, a map of profile name to count (empty with MIG off).
+          returned: always
+          type: dict
+          sample: {"1g.18gb": 2, "3g.71gb": 1}
+        current:
+          description: The current layout, a map of profile name to count.
+          returned: always
+          type: dict
+        placements:
+          description: Where each target instance goes.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            profile:
+              description: Profile name.
+              returned: always
+              type: str
+            start:
+              description: First memory slice.
+              returned: always
+              type: int
+            size:
+              description: Memory slices.
+              returned: always
+              type: int
+        creation_order:
+          description: Profile names in the order the instances are created.
+          returned: always
+          type: list
+          elements: str
+        keep:
+          description: Current instances that stay (C(profile), C(start), C(size)).
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            profile:
+              description: Profile name.
+              returned: always
+              type: str
+            start:
+              description: First memory slice.
+              returned: always
+              type: int
+            size:
+              description: Memory slices.
+              returned: always
+              type: int
+        destroy:
+          description: Current instances to destroy, as the hardware facts list them (C(profile), C(start), C(size), ...).
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            profile:
+              description: Profile name.
+              returned: always
+              type: str
+            start:
+              description: First memory slice, when known.
+              returned: when the facts have it
+              type: int
+            size:
+              description: Memory slices, when known.
+              returned: when the facts have it
+              type: int
+        create:
+          description: Instances to create, in creation order.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            profile:
+              description: Profile name.
+              returned: always
+              type: str
+            start:
+              description: First memory slice.
+              returned: always
+              type: int
+            size:
+              description: Memory slices.
+              returned: always
+              type: int
+        mode_change_required:
+          description: Whether the GPU's MIG mode must change (a GPU reset).
+          returned: always
+          type: bool
+        mode_write_required:
+          description: Whether the pending MIG mode must be written.
+          returned: always
+          type: bool
+        reset_pending:
+          description: Whether a wanted MIG mode change only waits for a GPU reset.
+          returned: always
+          type: bool
+        feasible:
+          description: Whether the GPU can hold its target.
+          returned: always
+          type: bool
+        reason:
+          description: Why not; null when feasible.
+          returned: always
+          type: str
+        alternatives:
+          description: Feasible layouts nearest to an infeasible target, each a map of profile name to count.
+          returned: always
+          type: list
+          elements: dict
+          sample: [{"1g.18gb": 7}]
+        changed:
+          description: Whether the GPU changes.
+          returned: always
+          type: bool
 expected_resources:
-  description: Extended resources the device plugin would advertise under O(strategy).
+  description: Extended resources the device plugin would advertise under O(strategy), a map of resource name to count.
   returned: when O(strategy) is set
   type: dict
   sample: {"nvidia.com/mig-1g.18gb": 2, "nvidia.com/mig-2g.35gb": 1, "nvidia.com/mig-3g.71gb": 1}
 expected_gfd_labels:
-  description: MIG labels GFD would set under O(strategy).
+  description: MIG labels GFD would set under O(strategy), a map of label name to value.
   returned: when O(strategy) is set
   type: dict
 strategy_conflict:
   description: Why O(strategy) cannot expose the layout (GFD would label the node C(-MIG-INVALID)); null if it can.
   returned: when O(strategy) is set
   type: str
+profile:
+  description: The unknown MIG profile.
+  returned: when a profile is not one the GPU model has
+  type: str
+model:
+  description: The GPU model that lacks RV(profile).
+  returned: when a profile is not one the GPU model has
+  type: str
+gpu_index:
+  description: The GPU whose model lacks RV(profile).
+  returned: when a profile is not one the GPU model has, for a GPU
+  type: int
+alternatives:
+  description: The nearest valid profile names.
+  returned: when a profile is not one the GPU model has
+  type: list
+  elements: str
+config_name:
+  description: The config name the config source does not define.
+  returned: when O(config_name) is unknown
+  type: str
+source:
+  description: Where the config came from (O(config_source), the config file, or the built-in catalog).
+  returned: when O(config_name) is unknown
+  type: str
+known:
+  description: The config names the source defines.
+  returned: when O(config_name) is unknown
+  type: list
+  elements: str
 """
 
 import os

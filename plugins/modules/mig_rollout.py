@@ -223,11 +223,125 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plan:
-  description: Per node - model, strategy, config_source, current, target, expected_resources, pods_to_evict,
-    blocking_budgets, reset_or_reboot, at_target, half_done, errors.
+  description: The pre-flight of every node, in O(nodes) order (after an apply, of the nodes started).
   returned: always
   type: list
   elements: dict
+  contains:
+    node:
+      description: Node name.
+      returned: always
+      type: str
+    target_config:
+      description: The MIG config planned.
+      returned: always
+      type: str
+    errors:
+      description: Why the node cannot be changed to the target, each naming the node; empty when it can.
+      returned: always
+      type: list
+      elements: str
+    model:
+      description: GPU model name, or null when the layout could not be planned.
+      returned: always
+      type: str
+    strategy:
+      description: The MIG strategy used (the option, else the ClusterPolicy's or the node's).
+      returned: when the node was read
+      type: str
+    current_config:
+      description: The node's C(nvidia.com/mig.config) label now.
+      returned: when the node was read
+      type: str
+    current_state:
+      description: The node's C(nvidia.com/mig.config.state) label now.
+      returned: when the node was read
+      type: str
+    unschedulable:
+      description: Whether the node is cordoned now.
+      returned: when the node was read
+      type: bool
+    cordoned_by_us:
+      description: Whether a cordon of this collection is recorded on the node (an interrupted or held change).
+      returned: when the node was read
+      type: bool
+    admin_cordoned:
+      description: Whether the node was cordoned by someone else before this collection cordoned it.
+      returned: when the node was read
+      type: bool
+    in_progress_target:
+      description: The config of a change in progress (the in-progress annotation), or null.
+      returned: when the node was read
+      type: str
+    previous_config:
+      description: The config recorded before the last change (what a rollback returns to), or null.
+      returned: when the node was read
+      type: str
+    config_source:
+      description: Where the MIG config comes from (a ConfigMap namespace/name or the built-in default config).
+      returned: when the config source was found
+      type: str
+    hardware_source:
+      description: V(nvml) (hardware facts given) or V(gfd labels).
+      returned: when the config source was found
+      type: str
+    gpu_count:
+      description: Number of GPUs planned.
+      returned: when the layout was planned
+      type: int
+    current:
+      description: The current config label and layout as text.
+      returned: when the layout was planned
+      type: str
+      sample: all-disabled (no MIG devices)
+    target:
+      description: The target layout as text, per run of equal GPUs.
+      returned: when the layout was planned
+      type: str
+      sample: "8x[1g.18gb:2 2g.35gb:1 3g.71gb:1]"
+    expected_resources:
+      description: Extended resources the node should advertise after the change, a map of resource name to count.
+      returned: when the layout was planned
+      type: dict
+    expected_gfd_labels:
+      description: MIG labels GFD should set after the change, a map of label name to value.
+      returned: when the layout was planned
+      type: dict
+    mode_change:
+      description: Whether some GPU changes MIG mode.
+      returned: when the layout was planned
+      type: bool
+    reboot_expected:
+      description: Whether MIG Manager is expected to reboot the node (a mode change with WITH_REBOOT).
+      returned: when the layout was planned
+      type: bool
+    reset_or_reboot:
+      description: V(reboot), V(GPU reset) or V(none (layout only)).
+      returned: when the layout was planned
+      type: str
+    at_target:
+      description: Whether the node is already at the target, verified, with nothing of ours left on it.
+      returned: when the layout was planned
+      type: bool
+    half_done:
+      description: Whether an earlier change of ours is unfinished on the node (cordon or in-progress marker).
+      returned: when the layout was planned
+      type: bool
+    pods_to_evict:
+      description: Pods (namespace/name) the drain would evict.
+      returned: when the layout was planned and the pods were listed
+      type: list
+      elements: str
+    blocking_budgets:
+      description: PodDisruptionBudgets that would block the drain, as text with what they allow and need.
+      returned: when the layout was planned and the pods were listed
+      type: list
+      elements: str
+    drain_blockers:
+      description: Pods that would make the drain refuse, with the reason.
+      returned: when the layout was planned and the pods were listed
+      type: list
+      elements: str
 plan_table:
   description: The plan as aligned text lines.
   returned: always
@@ -268,13 +382,214 @@ held_nodes:
   type: list
   elements: str
 rows:
-  description: Per node result - node, model, before, after, evicted, duration_s, result
-    (reconfigured, verified, unchanged, failed, invalid, not started), message, states, timings (drain_s, apply_s, verify_s),
-    overhead_s (C(plan), the fresh plan before the node starts, and C(around_steps), the rest outside the timings), diagnostics on
-    failure, hardware_verified after a release with hardware facts.
+  description: One result per node, in O(nodes) order.
   returned: phase=apply or release, not check mode
   type: list
   elements: dict
+  contains:
+    node:
+      description: Node name.
+      returned: always
+      type: str
+    model:
+      description: GPU model name, or null.
+      returned: always
+      type: str
+    before:
+      description: The node's C(nvidia.com/mig.config) label before the change.
+      returned: always
+      type: str
+    after:
+      description: The label after the change (on failure, the label found then).
+      returned: always
+      type: str
+    result:
+      description: V(reconfigured), V(verified) (held cordoned), V(unchanged), V(failed), V(invalid) or V(not started).
+      returned: always
+      type: str
+    message:
+      description: What happened, naming the node.
+      returned: always
+      type: str
+    evicted:
+      description: Pods (namespace/name) the drain evicted.
+      returned: except after a release
+      type: list
+      elements: str
+    duration_s:
+      description: Seconds the node took.
+      returned: except after a release without rows
+      type: float
+    release_s:
+      description: Seconds the release of a held node took (O(phase=release) without O(rows)).
+      returned: phase=release without rows
+      type: float
+    states:
+      description: The values of C(nvidia.com/mig.config.state) seen, in order.
+      returned: when the node was changed
+      type: list
+      elements: str
+    rebooted:
+      description: Whether MIG Manager went through C(rebooting).
+      returned: when the MIG step ran
+      type: bool
+    timings:
+      description: Seconds per step.
+      returned: when the node was changed
+      type: dict
+      contains:
+        drain_s:
+          description: The drain.
+          returned: when the drain finished
+          type: float
+        apply_s:
+          description: Labelling and waiting for MIG Manager's success.
+          returned: when the MIG step ran
+          type: float
+        verify_s:
+          description: Waiting until allocatable and GFD labels match the plan.
+          returned: when the MIG step ran
+          type: float
+    overhead_s:
+      description: Seconds outside the timed steps.
+      returned: phase=apply
+      type: dict
+      contains:
+        plan:
+          description: The fresh plan before the node starts.
+          returned: always
+          type: float
+        around_steps:
+          description: The rest of RV(rows[].duration_s) outside RV(rows[].timings).
+          returned: always
+          type: float
+    uncordon:
+      description: V(uncordoned), V(left-cordoned) (it was cordoned before us) or V(no-record).
+      returned: when the node was given back
+      type: str
+    hardware_verified:
+      description: Whether the GPUs' own state (O(hardware)) matched the target.
+      returned: after a release with hardware facts for the node
+      type: bool
+    stage:
+      description: Where the node failed, V(drain), V(apply), V(verify), V(release) or V(api).
+      returned: when result is failed
+      type: str
+    left_cordoned:
+      description: Whether the failed node is left cordoned.
+      returned: when result is failed
+      type: bool
+    blocked_by:
+      description: Budgets (namespace/name) that refused evictions until the drain's deadline.
+      returned: when the drain failed
+      type: list
+      elements: str
+    unwedged:
+      description: What the un-wedge after a timeout did (O(unwedge_on_timeout)).
+      returned: when the node was un-wedged
+      type: dict
+      contains:
+        restored_labels:
+          description: The paused C(nvidia.com/gpu.deploy.*) labels set back to C(true).
+          returned: always
+          type: list
+          elements: str
+        retriggered:
+          description: The MIG config the C(nvidia.com/mig.config) label was set to.
+          returned: always
+          type: str
+        restarted_pods:
+          description: MIG Manager pods (namespace/name) deleted so that their DaemonSet restarts them.
+          returned: always
+          type: list
+          elements: str
+    rollback:
+      description: How the rollback to the previous config went (O(rollback_on_failure)).
+      returned: when the MIG step failed and rollback_on_failure is true
+      type: dict
+      contains:
+        result:
+          description: MIG Manager's final state for the previous config, or V(skipped).
+          returned: always
+          type: str
+        config:
+          description: The previous config rolled back to.
+          returned: when one was recorded
+          type: str
+        states:
+          description: The values of C(nvidia.com/mig.config.state) seen, in order.
+          returned: when the rollback ran
+          type: list
+          elements: str
+        verified:
+          description: Whether allocatable and GFD labels then matched the previous config's plan.
+          returned: always
+          type: bool
+        mismatches:
+          description: What did not match after MIG Manager's success.
+          returned: when the rollback ended in success
+          type: list
+          elements: str
+        message:
+          description: Why the rollback was skipped.
+          returned: when result is skipped
+          type: str
+    diagnostics:
+      description: MIG Manager logs, paused deploy labels, pods using GPUs, hints (as M(gpufleet.gpu_operator.node_mig_config) returns them).
+      returned: when result is failed
+      type: dict
+      contains:
+        node:
+          description: Node name.
+          returned: always
+          type: str
+        error:
+          description: Why the node could not be read (then no other key but RV(rows[].diagnostics.node) is set).
+          returned: when the node could not be read
+          type: str
+        config:
+          description: The node's C(nvidia.com/mig.config) label.
+          returned: when the node was read
+          type: str
+        state:
+          description: The node's C(nvidia.com/mig.config.state) label.
+          returned: when the node was read
+          type: str
+        ready:
+          description: Whether the node is Ready.
+          returned: when the node was read
+          type: bool
+        unschedulable:
+          description: Whether the node is cordoned.
+          returned: when the node was read
+          type: bool
+        paused_deploy_labels:
+          description: C(nvidia.com/gpu.deploy.*) labels MIG Manager left paused.
+          returned: when the node was read
+          type: list
+          elements: str
+        gpu_allocatable:
+          description: The node's allocatable GPU resources, a map of resource name to count (zero entries dropped).
+          returned: when the node was read
+          type: dict
+        pods_error:
+          description: Why the node's pods could not be listed.
+          returned: when listing the pods failed
+          type: str
+        mig_manager_logs:
+          description: A map of MIG Manager pod (namespace/name) on the node to the tail of its log.
+          returned: when the node was read
+          type: dict
+        gpu_pods_on_node:
+          description: Pods (namespace/name) still using GPUs on the node.
+          returned: when the node was read
+          type: list
+          elements: str
+        hints:
+          description: What to look at next, one line each.
+          returned: when the node was read
+          type: list
+          elements: str
 summary_table:
   description: The rows as aligned text lines.
   returned: phase=apply or release, not check mode
@@ -286,10 +601,38 @@ failed_nodes:
   type: list
   elements: str
 lock_taken:
-  description: With O(lock.take=true), the Lease as taken - holder, acquired, renewed, duration_s, expires,
-    previous_holder (set when an expired or broken Lease was taken over).
+  description: With O(lock.take=true), the Lease as taken.
   returned: when lock.take is true and the Lease was taken
   type: dict
+  contains:
+    holder:
+      description: The Lease's C(spec.holderIdentity).
+      returned: always
+      type: str
+    acquired:
+      description: The Lease's C(spec.acquireTime) (RFC 3339 MicroTime).
+      returned: always
+      type: str
+    renewed:
+      description: The Lease's C(spec.renewTime).
+      returned: always
+      type: str
+    duration_s:
+      description: The Lease's C(spec.leaseDurationSeconds).
+      returned: always
+      type: int
+    expires:
+      description: When the Lease expires unless renewed (renewed or acquired time plus the duration); null when unknown.
+      returned: always
+      type: str
+    rollout:
+      description: The rollout's description (annotation C(gpufleet.io/rollout)), or null.
+      returned: always
+      type: str
+    previous_holder:
+      description: The holder of the expired or broken Lease this run took over; null when there was none or it was ours.
+      returned: when the Lease existed before this run
+      type: str
 lock_holder:
   description: When the Lease is held by another live rollout (or was lost), that holder; nothing was changed then.
   returned: when the Lease was refused
@@ -302,6 +645,27 @@ api_requests:
   description: API requests made by this run (total and by verb), for the benchmark.
   returned: always
   type: dict
+  contains:
+    total:
+      description: Number of requests.
+      returned: always
+      type: int
+    by_verb:
+      description: A map of verb (get, list, watch, patch, create...) to its number of requests.
+      returned: always
+      type: dict
+    per_node:
+      description: RV(api_requests.total) divided by the number of nodes.
+      returned: phase=apply or release, not check mode
+      type: float
+lock_error:
+  description: Why renewing the Lease failed during the run.
+  returned: when the Lease could not be renewed
+  type: str
+duration_s:
+  description: Seconds the run took.
+  returned: phase=apply or release, not check mode
+  type: float
 """
 
 import time

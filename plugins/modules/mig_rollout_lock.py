@@ -76,9 +76,38 @@ EXAMPLES = r"""
 
 RETURN = r"""
 lease:
-  description: The lease as held now (holder, acquired, renewed, duration_s, expires, rollout, previous_holder).
+  description: The lease as held now; on a failure because another rollout holds it, that holder's Lease.
   returned: when state=present
   type: dict
+  contains:
+    holder:
+      description: The Lease's C(spec.holderIdentity).
+      returned: always
+      type: str
+    acquired:
+      description: The Lease's C(spec.acquireTime) (RFC 3339 MicroTime).
+      returned: always
+      type: str
+    renewed:
+      description: The Lease's C(spec.renewTime).
+      returned: always
+      type: str
+    duration_s:
+      description: The Lease's C(spec.leaseDurationSeconds).
+      returned: always
+      type: int
+    expires:
+      description: When the Lease expires unless renewed (renewed or acquired time plus the duration); null when unknown.
+      returned: always
+      type: str
+    rollout:
+      description: The rollout's description (annotation C(gpufleet.io/rollout)), or null.
+      returned: always
+      type: str
+    previous_holder:
+      description: The holder of the expired or broken Lease this run took over; null when there was none or it was ours.
+      returned: when the Lease existed before this run
+      type: str
 outcome:
   description: For state=absent, V(released), V(absent) or V(held by <holder>).
   returned: when state=absent

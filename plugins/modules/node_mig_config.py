@@ -94,10 +94,124 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plan:
-  description: The pre-flight (model, strategy, config_source, current, target, expected_resources,
-    expected_gfd_labels, reset_or_reboot, at_target, errors).
+  description: The pre-flight of the node for the config.
   returned: for preflight, apply, unwedge and rollback (not when rollback has nothing to do)
   type: dict
+  contains:
+    node:
+      description: Node name.
+      returned: always
+      type: str
+    target_config:
+      description: The MIG config planned.
+      returned: always
+      type: str
+    errors:
+      description: Why the node cannot be changed to the target, each naming the node; empty when it can.
+      returned: always
+      type: list
+      elements: str
+    model:
+      description: GPU model name, or null when the layout could not be planned.
+      returned: always
+      type: str
+    strategy:
+      description: The MIG strategy used (the option, else the ClusterPolicy's or the node's).
+      returned: when the node was read
+      type: str
+    current_config:
+      description: The node's C(nvidia.com/mig.config) label now.
+      returned: when the node was read
+      type: str
+    current_state:
+      description: The node's C(nvidia.com/mig.config.state) label now.
+      returned: when the node was read
+      type: str
+    unschedulable:
+      description: Whether the node is cordoned now.
+      returned: when the node was read
+      type: bool
+    cordoned_by_us:
+      description: Whether a cordon of this collection is recorded on the node (an interrupted or held change).
+      returned: when the node was read
+      type: bool
+    admin_cordoned:
+      description: Whether the node was cordoned by someone else before this collection cordoned it.
+      returned: when the node was read
+      type: bool
+    in_progress_target:
+      description: The config of a change in progress (the in-progress annotation), or null.
+      returned: when the node was read
+      type: str
+    previous_config:
+      description: The config recorded before the last change (what a rollback returns to), or null.
+      returned: when the node was read
+      type: str
+    config_source:
+      description: Where the MIG config comes from (a ConfigMap namespace/name or the built-in default config).
+      returned: when the config source was found
+      type: str
+    hardware_source:
+      description: V(nvml) (hardware facts given) or V(gfd labels).
+      returned: when the config source was found
+      type: str
+    gpu_count:
+      description: Number of GPUs planned.
+      returned: when the layout was planned
+      type: int
+    current:
+      description: The current config label and layout as text.
+      returned: when the layout was planned
+      type: str
+      sample: all-disabled (no MIG devices)
+    target:
+      description: The target layout as text, per run of equal GPUs.
+      returned: when the layout was planned
+      type: str
+      sample: "8x[1g.18gb:2 2g.35gb:1 3g.71gb:1]"
+    expected_resources:
+      description: Extended resources the node should advertise after the change, a map of resource name to count.
+      returned: when the layout was planned
+      type: dict
+    expected_gfd_labels:
+      description: MIG labels GFD should set after the change, a map of label name to value.
+      returned: when the layout was planned
+      type: dict
+    mode_change:
+      description: Whether some GPU changes MIG mode.
+      returned: when the layout was planned
+      type: bool
+    reboot_expected:
+      description: Whether MIG Manager is expected to reboot the node (a mode change with WITH_REBOOT).
+      returned: when the layout was planned
+      type: bool
+    reset_or_reboot:
+      description: V(reboot), V(GPU reset) or V(none (layout only)).
+      returned: when the layout was planned
+      type: str
+    at_target:
+      description: Whether the node is already at the target, verified, with nothing of ours left on it.
+      returned: when the layout was planned
+      type: bool
+    half_done:
+      description: Whether an earlier change of ours is unfinished on the node (cordon or in-progress marker).
+      returned: when the layout was planned
+      type: bool
+    pods_to_evict:
+      description: Pods (namespace/name) the drain would evict.
+      returned: when the layout was planned and the pods were listed
+      type: list
+      elements: str
+    blocking_budgets:
+      description: PodDisruptionBudgets that would block the drain, as text with what they allow and need.
+      returned: when the layout was planned and the pods were listed
+      type: list
+      elements: str
+    drain_blockers:
+      description: Pods that would make the drain refuse, with the reason.
+      returned: when the layout was planned and the pods were listed
+      type: list
+      elements: str
 states:
   description: The values of C(nvidia.com/mig.config.state) seen, in order.
   returned: for apply, unwedge and rollback
@@ -109,7 +223,7 @@ final_state:
   type: str
 rebooted:
   description: Whether MIG Manager went through C(rebooting).
-  returned: for apply
+  returned: for apply, unwedge and rollback
   type: bool
 mismatches:
   description: Differences between the plan and allocatable / GFD labels after success.
@@ -120,10 +234,77 @@ diagnostics:
   description: MIG Manager logs, paused deploy labels, pods using GPUs, hints.
   returned: for diagnose, and on failure or timeout
   type: dict
+  contains:
+    node:
+      description: Node name.
+      returned: always
+      type: str
+    error:
+      description: Why the node could not be read (then no other key but RV(diagnostics.node) is set).
+      returned: when the node could not be read
+      type: str
+    config:
+      description: The node's C(nvidia.com/mig.config) label.
+      returned: when the node was read
+      type: str
+    state:
+      description: The node's C(nvidia.com/mig.config.state) label.
+      returned: when the node was read
+      type: str
+    ready:
+      description: Whether the node is Ready.
+      returned: when the node was read
+      type: bool
+    unschedulable:
+      description: Whether the node is cordoned.
+      returned: when the node was read
+      type: bool
+    paused_deploy_labels:
+      description: C(nvidia.com/gpu.deploy.*) labels MIG Manager left paused.
+      returned: when the node was read
+      type: list
+      elements: str
+    gpu_allocatable:
+      description: The node's allocatable GPU resources, a map of resource name to count (zero entries dropped).
+      returned: when the node was read
+      type: dict
+    pods_error:
+      description: Why the node's pods could not be listed.
+      returned: when listing the pods failed
+      type: str
+    mig_manager_logs:
+      description: A map of MIG Manager pod (namespace/name) on the node to the tail of its log.
+      returned: when the node was read
+      type: dict
+    gpu_pods_on_node:
+      description: Pods (namespace/name) still using GPUs on the node.
+      returned: when the node was read
+      type: list
+      elements: str
+    hints:
+      description: What to look at next, one line each.
+      returned: when the node was read
+      type: list
+      elements: str
 unwedged:
   description: Deploy labels restored and the config re-triggered.
   returned: for unwedge
   type: dict
+  contains:
+    restored_labels:
+      description: The paused C(nvidia.com/gpu.deploy.*) labels set back to C(true).
+      returned: always
+      type: list
+      elements: str
+    retriggered:
+      description: The MIG config the C(nvidia.com/mig.config) label was set to.
+      returned: always
+      type: str
+    restarted_pods:
+      description: MIG Manager pods (namespace/name) deleted so that their DaemonSet restarts them.
+      returned: always
+      type: list
+      elements: str
 """
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, labels_of
