@@ -208,10 +208,23 @@ def summary_table(rows):
                                            "%.1fs" % r.get("duration_s", 0), r["result"]) for r in rows])
 
 
+NO_BREAK_SPACE = u"\u00a0"
+
+
+def table_cell(value):
+    """A cell's own spaces become no-break spaces (they print as spaces): Ansible's YAML result format
+    (callback_result_format=yaml, as ansible.cfg and AWX print) folds a long line at a single space past 80
+    columns, so a row with a space inside a cell (``GPU reset``) wrapped onto two lines. Columns are separated
+    by two or more spaces, where YAML never folds."""
+    return str(value).replace(" ", NO_BREAK_SPACE)
+
+
 def format_table(columns, rows):
-    widths = [max([len(c)] + [len(str(row[i])) for row in rows]) for i, c in enumerate(columns)]
+    """Aligned text lines, one per row after the header: column widths from the content, two spaces between."""
+    cells = [[table_cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     line = "  ".join("%-*s" % (w, c) for w, c in zip(widths, columns))
-    return [line.rstrip()] + ["  ".join("%-*s" % (w, v) for w, v in zip(widths, row)).rstrip() for row in rows]
+    return [line.rstrip()] + ["  ".join("%-*s" % (w, v) for w, v in zip(widths, row)).rstrip() for row in cells]
 
 
 def _fail(row, stage, message, ctx, ops, node_name, started):
