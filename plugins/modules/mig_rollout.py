@@ -33,6 +33,9 @@ description:
     slices, time-sliced C(.shared) resources) than the cluster will have free after the change, counted node by
     node, O(phase=plan), O(phase=apply) and check mode fail before any change, naming the pods, what each asks
     for and the room there will be (RV(stranded)). O(allow_unschedulable=true) accepts it as a warning.
+  - During O(phase=apply) the room is counted again before each node starts (the cluster changes during a
+    rollout); a node whose pods no longer fit is not started (result C(not started), nothing of it touched)
+    and the others go on.
   - Used by the C(gpufleet.gpu_operator.mig_reconfigure) role, which runs the canary and the batches under a Lease
     that M(gpufleet.gpu_operator.mig_rollout_lock) takes and releases; each step here only renews it.
 author:
@@ -345,6 +348,12 @@ def capacity_check(ctx, plans):
     return capacity.shortages(plans, ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or [])
 
 
+def room_check(ops, planned):
+    """Before a node starts: the shortage lines (every pod named) of its pods to evict, counted on the cluster now."""
+    return [capacity.shortage_text(s, limit=None) for s in capacity.shortages(
+        [planned], ops.list_nodes().get("items") or [], ops.list_pods().get("items") or [])]
+
+
 def refusal(config, nodes, stranded):
     return ("MIG config %s not rolled out on %s, nothing was changed: %s. Choose a config that keeps these "
             "resources, make room elsewhere, or accept Pending pods with allow_unschedulable=true "
@@ -424,7 +433,8 @@ def roll(module):
                 plans = []
             else:
                 rows, plans = rollout.run_rollout(ctx, nodes, params["config"], hardware,
-                                                  window=window, hold_cordon=params["hold_cordon"])
+                                                  window=window, hold_cordon=params["hold_cordon"],
+                                                  room_check=None if params["allow_unschedulable"] else room_check)
         finally:
             if renewer is not None:
                 renewer.__exit__(None, None, None)
@@ -456,7 +466,8 @@ def roll(module):
         result["lock_released"] = lock_released
     if result["failed_nodes"]:
         module.fail_json(msg="MIG rollout of %s halted: %s" % (params["config"], " | ".join(
-            r["message"] for r in rows if r["result"] in ("failed", "invalid"))), **result)
+            r["message"] for r in rows if r["result"] in ("failed", "invalid")
+            or (r["result"] == "not started" and "nothing was changed there" in r.get("message", "")))), **result)
     module.exit_json(**result)
 
 

@@ -117,8 +117,8 @@ def test_a_rollout_that_would_strand_pods_is_refused_with_nothing_changed_then_t
                          names)
 
 
-def test_the_override_is_taken_from_the_playbook_extra_var(testbed, testbed_namespace, gpu_cluster, add_gpu_node,
-                                                            runner):
+def test_the_override_is_taken_from_the_playbook_extra_var(
+        testbed, testbed_namespace, gpu_cluster, add_gpu_node, runner):
     """-e allow_unschedulable=true (the AWX survey's answer) reaches the role; 'false' keeps the refusal."""
     name = add_gpu_node("st-var", "H100-80GB-HBM3", 1)
     wait_advertised(testbed, name)

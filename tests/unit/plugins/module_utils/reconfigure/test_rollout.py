@@ -134,3 +134,25 @@ def test_tables_print_one_line_per_row_in_ansible_yaml_output():
     assert all(len(line) > 80 for line in lines[:4])
     dumped = yaml.dump({"msg": lines}, default_flow_style=False, allow_unicode=True, indent=4).splitlines()
     assert dumped[1:] == ["-   " + line for line in lines] or dumped[1:] == ["- " + line for line in lines], dumped
+
+
+def test_a_node_whose_pods_no_longer_fit_is_not_started_and_the_others_go_on(monkeypatch):
+    seen = fake_node_steps(monkeypatch)
+
+    def plan_one(ctx, ops, name, target, hardware=None):
+        return {"node": name, "errors": [], "current_config": "all-disabled", "model": "H100",
+                "pods_to_evict": ["w/" + name]}
+
+    monkeypatch.setattr(rollout, "plan_one", plan_one)
+    asked = []
+
+    def room_check(ops, planned):
+        asked.append(planned["node"])
+        return ["pods to evict ask for 1 nvidia.com/gpu in all, but after the change the cluster has room for 0: "
+                "w/b (1) would stay Pending"] if planned["node"] == "b" else []
+
+    rows, plans = rollout.run_rollout(Ctx(), ["a", "b", "c"], "all-1g.10gb", window=1, room_check=room_check)
+    assert asked == ["a", "b", "c"] and seen["started"] == ["a", "c"]
+    assert [r["result"] for r in rows] == ["reconfigured", "not started", "reconfigured"]
+    assert rows[1]["message"].startswith("node b not started, nothing was changed there: pods to evict ask for 1 ")
+    assert rows[1]["before"] == rows[1]["after"] == "all-disabled" and rows[1]["evicted"] == []
