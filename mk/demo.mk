@@ -29,7 +29,7 @@ ifneq ($(MIG_RECONFIGURE_PLAYBOOK),)
 	@echo "[demo] all-balanced on every GPU node would leave the whole-GPU pods nowhere to run: refused before any change"
 	@if $(DEMO_PLAYBOOK) $(MIG_RECONFIGURE_PLAYBOOK) -e profile=all-balanced; then \
 		echo "[demo] expected the rollout to be refused (pods would be stranded)"; exit 1; fi
-	@echo "[demo] all-balanced on the two H100 nodes: their whole-GPU pods move to the A100 and H200 nodes"
+	@echo "[demo] all-balanced on the two H100 nodes only: the A100 and H200 nodes keep whole GPUs for the whole-GPU pods"
 	$(DEMO_PLAYBOOK) $(MIG_RECONFIGURE_PLAYBOOK) -e profile=all-balanced -e nodes=$(DEMO_MIG_NODES)
 	$(DEMO_ENV) kubectl wait --for=condition=Ready pod --all -n sandbox-workloads --timeout=180s
 else
