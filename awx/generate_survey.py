@@ -81,6 +81,19 @@ def build_survey(configs):
                 "min": 1,
                 "max": 8,
             },
+            {
+                "type": "multiplechoice",
+                "question_name": "Allow unschedulable pods",
+                "question_description": "By default the rollout stops before any change when the pods it would "
+                                        "evict find no GPU room afterwards (it names them). 'true' goes on and "
+                                        "leaves them Pending until room appears.",
+                "variable": "allow_unschedulable",
+                "required": True,
+                "choices": ["false", "true"],
+                "default": "false",
+                "min": None,
+                "max": None,
+            },
         ],
     }
 

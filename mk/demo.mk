@@ -11,6 +11,8 @@ DEMO_ENV = GPUFLEET_TESTBED_DIR=$(TESTBED_DIR) GPUFLEET_SANDBOX_DIR=$(SANDBOX_DI
 	HELM_DATA_HOME=$(SANDBOX_DIR)/helm/data
 SANDBOX = $(DEMO_ENV) $(BIN)/python -m tests.testbed.sandbox.sandbox
 DEMO_PLAYBOOK = $(DEMO_ENV) $(BIN)/ansible-playbook -i inventories/sandbox
+# The nodes the demo's rollout changes: the others keep whole GPUs for the sandbox's whole-GPU workloads.
+DEMO_MIG_NODES ?= sandbox-h100-a,sandbox-h100-b
 MIG_RECONFIGURE_PLAYBOOK = $(firstword $(wildcard mig-reconfigure.yml playbooks/mig-reconfigure.yml))
 
 .PHONY: sandbox-up sandbox-down
@@ -21,10 +23,15 @@ sandbox-up: setup testbed-up testbed-operator-build ## testbed cluster + simulat
 sandbox-down: setup ## stop the sandbox's agents and smoke runtime (the cluster: make testbed-down)
 	$(SANDBOX) down
 
-demo: sandbox-up ## sandbox, then site.yml, mig-reconfigure.yml profile=all-balanced, validation table
+demo: sandbox-up ## sandbox, site.yml, mig-reconfigure.yml all-balanced (refused on every node, then on the H100s), validation table
 	$(DEMO_PLAYBOOK) site.yml
 ifneq ($(MIG_RECONFIGURE_PLAYBOOK),)
-	$(DEMO_PLAYBOOK) $(MIG_RECONFIGURE_PLAYBOOK) -e profile=all-balanced
+	@echo "[demo] all-balanced on every GPU node would leave the whole-GPU pods nowhere to run: refused before any change"
+	@if $(DEMO_PLAYBOOK) $(MIG_RECONFIGURE_PLAYBOOK) -e profile=all-balanced; then \
+		echo "[demo] expected the rollout to be refused (pods would be stranded)"; exit 1; fi
+	@echo "[demo] all-balanced on the two H100 nodes only: the A100 and H200 nodes keep whole GPUs for the whole-GPU pods"
+	$(DEMO_PLAYBOOK) $(MIG_RECONFIGURE_PLAYBOOK) -e profile=all-balanced -e nodes=$(DEMO_MIG_NODES)
+	$(DEMO_ENV) kubectl wait --for=condition=Ready pod --all -n sandbox-workloads --timeout=180s
 else
 	@echo "[demo] mig-reconfigure.yml is not there yet: skipping the all-balanced rollout"
 endif

@@ -29,6 +29,13 @@ description:
     holding GPUs). Nodes already at the target are skipped; half-done nodes are finished.
   - O(phase=plan) also cuts the nodes to change into the canary and the batches (RV(batches)), sized by
     O(max_unavailable).
+  - Never strands a workload by default - when the pods to evict ask for more of a GPU resource (whole GPUs, MIG
+    slices, time-sliced C(.shared) resources) than the cluster will have free after the change, counted node by
+    node, O(phase=plan), O(phase=apply) and check mode fail before any change, naming the pods, what each asks
+    for and the room there will be (RV(stranded)). O(allow_unschedulable=true) accepts it as a warning.
+  - During O(phase=apply) the room is counted again before each node starts (the cluster changes during a
+    rollout); a node whose pods no longer fit is not started (result C(not started), nothing of it touched)
+    and the others go on.
   - Used by the C(gpufleet.gpu_operator.mig_reconfigure) role, which runs the canary and the batches under a Lease
     that M(gpufleet.gpu_operator.mig_rollout_lock) takes and releases; each step here only renews it.
 author:
@@ -60,6 +67,12 @@ options:
     description: With O(phase=plan), whether RV(batches) starts with the first node to change alone.
     type: bool
     default: true
+  allow_unschedulable:
+    description:
+      - Go on when the pods to evict would find no room after the change (they stay Pending until room appears);
+        the shortage is then a warning (RV(capacity_warnings)) instead of a failure before any change.
+    type: bool
+    default: false
   hold_cordon:
     description: With O(phase=apply), leave verified nodes cordoned for O(phase=release) (hardware check before uncordon).
     type: bool
@@ -355,10 +368,46 @@ invalid_nodes:
 capacity_warnings:
   description:
     - GPU resources the pods to evict ask for in total that the cluster will not have free after the change
-      (they would stay Pending), counted per resource over every node and pod. A warning, not an error.
-  returned: phase=plan or check mode
+      (they would stay Pending), counted per resource node by node, one line each. The module fails on them
+      unless O(allow_unschedulable=true).
+  returned: phase=plan or check mode, or when the rollout is refused for them
   type: list
   elements: str
+stranded:
+  description:
+    - The same shortages as data - C(resource), C(wanted) (what the pods to evict ask for in all), C(room) (free
+      after the change) and C(pods) (C(pod) as namespace/name, C(asks)).
+  returned: phase=plan or check mode, or when the rollout is refused for them
+  type: list
+  elements: dict
+  sample: [{"resource": "nvidia.com/gpu", "wanted": 2, "room": 0, "pods": [{"pod": "ml/train-0", "asks": 2}]}]
+  contains:
+    resource:
+      description: The GPU resource that falls short (time-sliced C(.shared) names included).
+      returned: always
+      type: str
+    wanted:
+      description: How many of it the pods to evict ask for in all.
+      returned: always
+      type: int
+    room:
+      description: How many of it the cluster will have free after the change, counted node by node.
+      returned: always
+      type: int
+    pods:
+      description: The pods to evict that ask for it.
+      returned: always
+      type: list
+      elements: dict
+      contains:
+        pod:
+          description: The pod, as namespace/name.
+          returned: always
+          type: str
+        asks:
+          description: How many of the resource it asks for.
+          returned: always
+          type: int
 batches:
   description:
     - The nodes to change (not at the target), in the order given, as the steps of a rollout - the canary alone
@@ -685,6 +734,26 @@ OPTION_KEYS = ("operator_namespace", "strategy", "pod_scope", "force", "delete_e
                "rollback_on_failure")
 
 
+def capacity_check(ctx, plans):
+    """Shortages of GPU room for the pods the plans evict (none while a plan is invalid: nothing runs then)."""
+    if any(p["errors"] for p in plans) or not any(p.get("pods_to_evict") for p in plans):
+        return []
+    return capacity.shortages(plans, ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or [])
+
+
+def room_check(ops, planned):
+    """Before a node starts: the shortage lines (every pod named) of its pods to evict, counted on the cluster now."""
+    return [capacity.shortage_text(s, limit=None) for s in capacity.shortages(
+        [planned], ops.list_nodes().get("items") or [], ops.list_pods().get("items") or [])]
+
+
+def refusal(config, nodes, stranded):
+    return ("MIG config %s not rolled out on %s, nothing was changed: %s. Choose a config that keeps these "
+            "resources, make room elsewhere, or accept Pending pods with allow_unschedulable=true "
+            "(role: mig_reconfigure_allow_unschedulable)" % (
+                config, ", ".join(nodes), " | ".join(capacity.shortage_text(s, limit=None) for s in stranded)))
+
+
 def roll(module):
     params = module.params
     nodes = [n for n in params["nodes"] if n]
@@ -706,14 +775,16 @@ def roll(module):
             to_change = [p["node"] for p in plans if not p.get("at_target")]
             hold = any(n in hardware for n in to_change)
             result = dict(changed=False, plan=plans, plan_table=rollout.plan_table(plans),
-                          invalid_nodes=[p["node"] for p in plans if p["errors"]], capacity_warnings=[],
+                          invalid_nodes=[p["node"] for p in plans if p["errors"]],
                           batches=batches.cut(to_change, window, canary=params["canary"], hold=hold),
                           window=window, hold_cordon=hold)
-            if not result["invalid_nodes"] and any(p.get("pods_to_evict") for p in plans):
-                result["capacity_warnings"] = capacity.eviction_warnings(
-                    plans, ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or [])
-                for warning in result["capacity_warnings"]:
-                    module.warn(warning)
+            result["stranded"] = capacity_check(ctx, plans) if params["phase"] != "release" else []
+            result["capacity_warnings"] = [capacity.shortage_text(s) for s in result["stranded"]]
+            if result["stranded"] and not params["allow_unschedulable"]:
+                result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
+                module.fail_json(msg=refusal(params["config"], to_change, result["stranded"]), **result)
+            for warning in result["capacity_warnings"]:
+                module.warn(warning)
             if module._diff:
                 result["diff"] = rollout.plan_diff(plans)
             if module.check_mode and params["phase"] == "apply":
@@ -724,6 +795,19 @@ def roll(module):
                                                   rollout.held_rows(ctx, ctx.ops, nodes, params["config"])))
             result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
             module.exit_json(**result)
+        if params["phase"] == "apply" and not params["allow_unschedulable"]:
+            # The cluster changes between the plan and each step: count again before this step changes anything.
+            plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
+            stranded = capacity_check(ctx, plans)
+            if stranded:
+                to_change = [p["node"] for p in plans if not p.get("at_target")]
+                message = refusal(params["config"], to_change, stranded)
+                rows = [rollout.not_started_row(n, "node %s not started: evicted pods would find no room" % n)
+                        for n in to_change]
+                module.fail_json(msg=message, changed=False, plan=plans, plan_table=rollout.plan_table(plans),
+                                 stranded=stranded, capacity_warnings=[capacity.shortage_text(s) for s in stranded],
+                                 rows=rows, summary_table=rollout.summary_table(rows), failed_nodes=to_change,
+                                 held_nodes=[], api_requests=dict(total=counter.total, by_verb=counter.by_verb))
         renewer = None
         lock_released = lock_taken = None
         if params["lock"]:
@@ -744,7 +828,8 @@ def roll(module):
                 plans = []
             else:
                 rows, plans = rollout.run_rollout(ctx, nodes, params["config"], hardware,
-                                                  window=window, hold_cordon=params["hold_cordon"])
+                                                  window=window, hold_cordon=params["hold_cordon"],
+                                                  room_check=None if params["allow_unschedulable"] else room_check)
         finally:
             if renewer is not None:
                 renewer.__exit__(None, None, None)
@@ -776,7 +861,8 @@ def roll(module):
         result["lock_released"] = lock_released
     if result["failed_nodes"]:
         module.fail_json(msg="MIG rollout of %s halted: %s" % (params["config"], " | ".join(
-            r["message"] for r in rows if r["result"] in ("failed", "invalid"))), **result)
+            r["message"] for r in rows if r["result"] in ("failed", "invalid")
+            or (r["result"] == "not started" and "nothing was changed there" in r.get("message", "")))), **result)
     module.exit_json(**result)
 
 
@@ -787,6 +873,7 @@ def main():
         phase=dict(type="str", choices=["plan", "apply", "release"], default="apply"),
         max_unavailable=dict(type="raw"),
         canary=dict(type="bool", default=True),
+        allow_unschedulable=dict(type="bool", default=False),
         hold_cordon=dict(type="bool", default=False),
         rows=dict(type="list", elements="dict"),
         operator_namespace=dict(type="str", default="gpu-operator"),

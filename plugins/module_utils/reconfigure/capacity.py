@@ -21,9 +21,12 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
 )
 
 
-def eviction_warnings(plans, nodes, pods):
-    """Warnings for GPU resources that the pods to evict ask for in total and the cluster will not have free
-    once the plan is done. ``plans``: mig_rollout plan entries; ``nodes``/``pods``: every Node and Pod.
+def shortages(plans, nodes, pods):
+    """GPU resources that the pods to evict ask for in total and the cluster will not have free once the plan
+    is done, as a list of ``{"resource", "wanted", "room", "pods": [{"pod", "asks"}]}`` sorted by resource
+    (empty when every evicted pod finds room). ``plans``: mig_rollout plan entries; ``nodes``/``pods``: every
+    Node and Pod. Any GPU resource name counts alike: whole GPUs, MIG slices and their time-sliced
+    ``.shared`` forms (gpu_labels.pod_gpu_requests / node_gpu_allocatable).
 
     Room is counted node by node and never below zero: a node whose device plugin is restarting advertises
     nothing for a moment while its pods still hold their devices, and that must not take room from others."""
@@ -40,7 +43,7 @@ def eviction_warnings(plans, nodes, pods):
         elif not unschedulable(node):
             capacity_of[name] = node_gpu_allocatable(node)
     used_on = {}
-    wanted, examples = {}, {}
+    wanted, asking = {}, {}
     for pod in pods:
         key = pod_ref(pod)
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -49,7 +52,7 @@ def eviction_warnings(plans, nodes, pods):
         if key in evicted:
             for resource, count in requests.items():
                 wanted[resource] = wanted.get(resource, 0) + count
-                examples.setdefault(resource, []).append(key)
+                asking.setdefault(resource, []).append({"pod": key, "asks": count})
             continue
         used = used_on.setdefault((pod.get("spec") or {}).get("nodeName"), {})
         for resource, count in requests.items():
@@ -59,13 +62,22 @@ def eviction_warnings(plans, nodes, pods):
         used = used_on.get(name, {})
         for resource, count in capacity.items():
             free[resource] = free.get(resource, 0) + max(0, count - used.get(resource, 0))
-    warnings = []
-    for resource in sorted(wanted):
-        room = free.get(resource, 0)
-        if wanted[resource] > room:
-            more = len(examples[resource]) - 3
-            pods_text = ", ".join(examples[resource][:3]) + (" and %d more" % more if more > 0 else "")
-            warnings.append("pods to evict ask for %d %s in all, but after the change the cluster has room for %d: "
-                            "%s would stay Pending (they need a config that keeps %s, or new requests)" % (
-                                wanted[resource], resource, room, pods_text, resource))
-    return warnings
+    return [{"resource": resource, "wanted": wanted[resource], "room": free.get(resource, 0),
+             "pods": sorted(asking[resource], key=lambda a: a["pod"])}
+            for resource in sorted(wanted) if wanted[resource] > free.get(resource, 0)]
+
+
+def shortage_text(shortage, limit=3):
+    """One line for a shortage: what the pods ask for in all, the room there will be, and the pods (the first
+    ``limit`` with their requests, then how many more; all of them when ``limit`` is None)."""
+    pods = shortage["pods"] if limit is None else shortage["pods"][:limit]
+    more = len(shortage["pods"]) - len(pods)
+    pods_text = ", ".join("%s (%d)" % (a["pod"], a["asks"]) for a in pods) + (" and %d more" % more if more > 0 else "")
+    return ("pods to evict ask for %d %s in all, but after the change the cluster has room for %d: "
+            "%s would stay Pending (they need a config that keeps %s, or new requests)" % (
+                shortage["wanted"], shortage["resource"], shortage["room"], pods_text, shortage["resource"]))
+
+
+def eviction_warnings(plans, nodes, pods):
+    """shortages() as text lines (the first three pods of each)."""
+    return [shortage_text(s) for s in shortages(plans, nodes, pods)]

@@ -208,10 +208,23 @@ def summary_table(rows):
                                            "%.1fs" % r.get("duration_s", 0), r["result"]) for r in rows])
 
 
+NO_BREAK_SPACE = u"\u00a0"
+
+
+def table_cell(value):
+    """A cell's own spaces become no-break spaces (they print as spaces): Ansible's YAML result format
+    (callback_result_format=yaml, as ansible.cfg and AWX print) folds a long line at a single space past 80
+    columns, so a row with a space inside a cell (``GPU reset``) wrapped onto two lines. Columns are separated
+    by two or more spaces, where YAML never folds."""
+    return str(value).replace(" ", NO_BREAK_SPACE)
+
+
 def format_table(columns, rows):
-    widths = [max([len(c)] + [len(str(row[i])) for row in rows]) for i, c in enumerate(columns)]
+    """Aligned text lines, one per row after the header: column widths from the content, two spaces between."""
+    cells = [[table_cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     line = "  ".join("%-*s" % (w, c) for w, c in zip(widths, columns))
-    return [line.rstrip()] + ["  ".join("%-*s" % (w, v) for w, v in zip(widths, row)).rstrip() for row in rows]
+    return [line.rstrip()] + ["  ".join("%-*s" % (w, v) for w, v in zip(widths, row)).rstrip() for row in cells]
 
 
 def _fail(row, stage, message, ctx, ops, node_name, started):
@@ -371,9 +384,13 @@ def not_started_row(node_name, message):
             "result": "not started", "message": message}
 
 
-def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hold_cordon=False):
+def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hold_cordon=False, room_check=None):
     """Reconfigure ``node_names`` in order, at most ``window`` at a time; once a node fails or its fresh plan
-    is invalid, no further node starts (those in flight finish). Returns (rows, plans) in ``node_names`` order."""
+    is invalid, no further node starts (those in flight finish). Returns (rows, plans) in ``node_names`` order.
+
+    ``room_check(ops, planned)``, when given, is asked before each node starts (the cluster changes during a
+    rollout) for the shortage lines of that node's pods to evict; a node with any is not started (its row says
+    why, nothing of it is touched) and the others go on, each checked in turn."""
     hardware_by_node = hardware_by_node or {}
     halted = []
     local = threading.local()
@@ -386,6 +403,14 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
             local.ops = ctx.ops_factory()  # one client per worker thread, reused for its next nodes
         started = time.monotonic()
         planned = plan_one(ctx, local.ops, name, target, hardware_by_node.get(name))
+        if room_check is not None and not planned["errors"] and planned.get("pods_to_evict"):
+            short = room_check(local.ops, planned)
+            if short:
+                row = not_started_row(name, "node %s not started, nothing was changed there: %s" % (
+                    name, " | ".join(short)))
+                row.update(model=planned.get("model"), before=planned.get("current_config"),
+                           after=planned.get("current_config"))
+                return row, planned
         plan_s = time.monotonic() - started
         row = reconfigure_node(ctx, name, target, planned, hold_cordon=hold_cordon, ops=local.ops)
         # Outside drain + apply + verify: the fresh plan before, and giving the node back after.

@@ -169,9 +169,12 @@ def test_survey_follows_awx_survey_rules():
     with open(os.path.join(AWX_DIR, "surveys", "mig-reconfigure.json")) as handle:
         survey = json.load(handle)
     assert awx_survey_errors(survey) == []
-    # mig-reconfigure.yml reads profile (set from survey_profile by the template), nodes and max_unavailable.
+    # mig-reconfigure.yml reads profile (set from survey_profile by the template), nodes, max_unavailable and
+    # allow_unschedulable (false unless the person accepts Pending pods).
     assert {q["variable"] for q in survey["spec"]} == {"survey_profile", "survey_custom_profile", "nodes",
-                                                       "max_unavailable"}
+                                                       "max_unavailable", "allow_unschedulable"}
+    allow = next(q for q in survey["spec"] if q["variable"] == "allow_unschedulable")
+    assert allow["choices"] == ["false", "true"] and allow["default"] == "false"
 
 
 def test_survey_rules_catch_bad_surveys():

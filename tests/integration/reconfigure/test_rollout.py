@@ -46,9 +46,13 @@ def wait_advertised(testbed, node):
 
 
 def rollout_vars(lock, **extra):
+    """Fast timeouts, and the stranding override: these tests' whole-GPU workloads are pinned to their node and
+    most target layouts advertise no whole GPU, so the default would refuse them (test_strand.py covers that;
+    test_custom_config_under_single_strategy runs with the default, its pods fitting)."""
     base = {"mig_reconfigure_lock_name": lock, "mig_reconfigure_lock_duration": 10,
             "mig_reconfigure_eviction_retry_delay": 1, "mig_reconfigure_drain_timeout": 60,
-            "mig_reconfigure_apply_timeout": 90, "mig_reconfigure_verify_timeout": 60}
+            "mig_reconfigure_apply_timeout": 90, "mig_reconfigure_verify_timeout": 60,
+            "mig_reconfigure_allow_unschedulable": True}
     base.update(extra)
     return base
 
@@ -270,7 +274,8 @@ def test_custom_config_under_single_strategy(testbed, testbed_namespace, gpu_clu
             wait_advertised(testbed, name)
         gpu_cluster.patch_policy({"mig": {"strategy": "single"}, "migManager": {"config": {"name": cm_name}}})
         before = gpu_workloads(names)
-        extra = dict(rollout_vars(unique_name("lock"), mig_reconfigure_max_unavailable=2), profile="fleet-halves")
+        extra = dict(rollout_vars(unique_name("lock"), mig_reconfigure_max_unavailable=2,
+                                  mig_reconfigure_allow_unschedulable=False), profile="fleet-halves")
         plan = runner.playbook(PLAYBOOK, names, extra, check=True)
         assert plan.rc == 0, plan.explain()
         for entry in plan.task("Plan every node")["plan"]:

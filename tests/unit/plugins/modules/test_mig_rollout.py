@@ -30,3 +30,15 @@ def test_a_bad_max_unavailable_is_refused_naming_the_option(tmp_path, value, tex
 def test_timeouts_must_be_positive(tmp_path, option):
     result = run_module(tmp_path, "mig_rollout", nodes=["n1"], config="all-balanced", **{option: 0})
     assert result["failed"] and result["msg"] == "%s must be a positive number of seconds, got 0" % option
+
+
+def test_the_refusal_names_pods_requests_room_and_the_override():
+    from ansible_collections.gpufleet.gpu_operator.plugins.modules import mig_rollout
+
+    text = mig_rollout.refusal("all-balanced", ["n1", "n2"], [
+        {"resource": "nvidia.com/gpu", "wanted": 5, "room": 1,
+         "pods": [{"pod": "w/p%d" % i, "asks": 1} for i in range(5)]}])
+    assert text.startswith("MIG config all-balanced not rolled out on n1, n2, nothing was changed: pods to evict ask "
+                           "for 5 nvidia.com/gpu in all, but after the change the cluster has room for 1: ")
+    assert "w/p0 (1), w/p1 (1), w/p2 (1), w/p3 (1), w/p4 (1) would stay Pending" in text  # every pod, not 3
+    assert "allow_unschedulable=true" in text and "mig_reconfigure_allow_unschedulable" in text

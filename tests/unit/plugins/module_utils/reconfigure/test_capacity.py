@@ -32,7 +32,7 @@ def test_whole_gpu_pods_have_nowhere_to_go_after_all_balanced():
              plan("n2", {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1}, ["w/g2"])]
     warnings = capacity.eviction_warnings(plans, nodes, pods)
     assert len(warnings) == 1
-    assert "2 nvidia.com/gpu" in warnings[0] and "room for 0" in warnings[0] and "w/g1, w/g2" in warnings[0]
+    assert "2 nvidia.com/gpu" in warnings[0] and "room for 0" in warnings[0] and "w/g1 (1), w/g2 (1)" in warnings[0]
 
 
 def test_room_elsewhere_means_no_warning_but_pods_that_stay_take_theirs():
@@ -70,3 +70,24 @@ def test_pods_on_a_node_that_is_gone_take_no_room():
     nodes = [node("n1", {"nvidia.com/gpu": "1"}), node("spare", {"nvidia.com/gpu": "1"})]
     pods = [pod("g1", "n1", {"nvidia.com/gpu": "1"}), pod("orphan", "deleted-node", {"nvidia.com/gpu": "4"})]
     assert capacity.eviction_warnings([plan("n1", {"nvidia.com/mig-1g.10gb": 7}, ["w/g1"])], nodes, pods) == []
+
+
+def test_shortages_name_each_pod_with_what_it_asks_and_the_room_left():
+    nodes = [node("n1", {"nvidia.com/gpu": "2"}), node("n2", {"nvidia.com/gpu.shared": "4"}),
+             node("spare", {"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "2"})]
+    pods = [pod("big", "n1", {"nvidia.com/gpu": "2"}), pod("ts1", "n2", {"nvidia.com/gpu.shared": "3"}),
+            pod("ts2", "n2", {"nvidia.com/gpu.shared": "1"}), pod("keep", "spare", {"nvidia.com/gpu.shared": "1"})]
+    plans = [plan("n1", {"nvidia.com/mig-1g.10gb": 7}, ["w/big"]),
+             plan("n2", {"nvidia.com/mig-1g.10gb.shared": 28}, ["w/ts1", "w/ts2"])]
+    found = capacity.shortages(plans, nodes, pods)
+    assert found == [
+        {"resource": "nvidia.com/gpu", "wanted": 2, "room": 1, "pods": [{"pod": "w/big", "asks": 2}]},
+        {"resource": "nvidia.com/gpu.shared", "wanted": 4, "room": 1,
+         "pods": [{"pod": "w/ts1", "asks": 3}, {"pod": "w/ts2", "asks": 1}]}]
+    text = capacity.shortage_text(found[1], limit=1)
+    assert text.startswith("pods to evict ask for 4 nvidia.com/gpu.shared in all, but after the change the "
+                           "cluster has room for 1: w/ts1 (3) and 1 more would stay Pending")
+    assert "w/ts2 (1)" in capacity.shortage_text(found[1], limit=None)
+    # Enough room once the spare's time-sliced pod is gone: the whole-GPU shortage alone remains.
+    assert [s["resource"] for s in capacity.shortages(plans, nodes + [node("s2", {"nvidia.com/gpu.shared": "3"})],
+                                                      pods)] == ["nvidia.com/gpu"]

@@ -103,3 +103,73 @@ def test_plan_diff_shows_each_node_to_change_with_its_layout_and_pods():
     assert diff["after"] == ("a: nvidia.com/mig.config=all-balanced\n  layout: 2x [1g.10gb x2, 2g.20gb, 3g.40gb]\n"
                              "  evicts: ns/p1, ns/p2\n"
                              "d: nvidia.com/mig.config=all-balanced\n  layout: 1x [7g.80gb]\n  evicts: none\n")
+
+
+def plan_entry(node, **extra):
+    entry = {"node": node, "errors": [], "model": "NVIDIA H100 80GB HBM3", "current": "all-disabled (no MIG devices)",
+             "target": "2x[1g.10gb:2 2g.20gb:1 3g.40gb:1]", "pods_to_evict": ["w/a", "w/b"],
+             "blocking_budgets": ["w/pdb (allows 0, needs 1)"], "reset_or_reboot": "GPU reset"}
+    entry.update(extra)
+    return entry
+
+
+def column_starts(line):
+    """Where each column starts: after a run of two or more spaces (cells hold no plain space)."""
+    import re
+    return [0] + [m.end() for m in re.finditer(r"  +", line)]
+
+
+def test_plan_table_is_one_aligned_line_per_row():
+    entries = [plan_entry("gpu-node-1"), plan_entry("n2", at_target=True, pods_to_evict=[], blocking_budgets=[],
+                                                    reset_or_reboot="none (layout only)"),
+               plan_entry("a-much-longer-node-name", errors=["bad"], model=None)]
+    lines = rollout.plan_table(entries)
+    assert len(lines) == 4 and not any("\n" in line for line in lines)
+    assert lines[0] == ("node                     model                  current                        "
+                        "target                             evict  budgets                    reset/reboot        status")
+    starts = column_starts(lines[0])
+    assert len(starts) == len(rollout.PLAN_COLUMNS)
+    for line in lines[1:]:
+        assert column_starts(line) == starts[:len(column_starts(line))], line  # same columns, widths from content
+    nbsp = rollout.NO_BREAK_SPACE
+    assert lines[1].split("  ")[0] == "gpu-node-1"
+    assert lines[1][starts[1]:].startswith("NVIDIA%sH100%s80GB%sHBM3" % (nbsp, nbsp, nbsp))
+    assert lines[1][starts[-2]:].startswith("GPU%sreset" % nbsp) and lines[1].endswith("change")
+    assert lines[2].endswith("at%starget" % nbsp) and lines[3].endswith("INVALID")
+    assert lines[3][starts[1]:].startswith("?  ")
+    # Spaces in cells print as spaces (no-break); splitting on whitespace still gives the words.
+    assert lines[1][starts[2]:starts[3]].rstrip().replace(nbsp, " ") == "all-disabled (no MIG devices)"
+
+
+def test_tables_print_one_line_per_row_in_ansible_yaml_output():
+    """ansible.cfg (and AWX) print results as YAML, which folds a plain line at a single space past 80 columns."""
+    import yaml
+
+    lines = rollout.plan_table([plan_entry("gpu-node-%d" % i) for i in range(3)]) + rollout.summary_table([
+        {"node": "gpu-node-1", "model": "NVIDIA H100 80GB HBM3", "before": "all-disabled", "after": "all-balanced",
+         "evicted": ["a/b"], "duration_s": 3.21, "result": "not started"}])
+    assert all(len(line) > 80 for line in lines[:4])
+    dumped = yaml.dump({"msg": lines}, default_flow_style=False, allow_unicode=True, indent=4).splitlines()
+    assert dumped[1:] == ["-   " + line for line in lines] or dumped[1:] == ["- " + line for line in lines], dumped
+
+
+def test_a_node_whose_pods_no_longer_fit_is_not_started_and_the_others_go_on(monkeypatch):
+    seen = fake_node_steps(monkeypatch)
+
+    def plan_one(ctx, ops, name, target, hardware=None):
+        return {"node": name, "errors": [], "current_config": "all-disabled", "model": "H100",
+                "pods_to_evict": ["w/" + name]}
+
+    monkeypatch.setattr(rollout, "plan_one", plan_one)
+    asked = []
+
+    def room_check(ops, planned):
+        asked.append(planned["node"])
+        return ["pods to evict ask for 1 nvidia.com/gpu in all, but after the change the cluster has room for 0: "
+                "w/b (1) would stay Pending"] if planned["node"] == "b" else []
+
+    rows, plans = rollout.run_rollout(Ctx(), ["a", "b", "c"], "all-1g.10gb", window=1, room_check=room_check)
+    assert asked == ["a", "b", "c"] and seen["started"] == ["a", "c"]
+    assert [r["result"] for r in rows] == ["reconfigured", "not started", "reconfigured"]
+    assert rows[1]["message"].startswith("node b not started, nothing was changed there: pods to evict ask for 1 ")
+    assert rows[1]["before"] == rows[1]["after"] == "all-disabled" and rows[1]["evicted"] == []
