@@ -42,7 +42,13 @@ def gpu_allocatable(view):
 
 
 def wait_advertised(testbed, node):
-    testbed.wait_for(lambda: gpu_allocatable(node_view(testbed, node)), 60, "GPUs advertised on %s" % node)
+    """Until the node has settled: GPUs advertised, and NVIDIA's controller has set its default MIG config label
+    and MIG Manager has reported on it (both arrive a moment after the node; a test that snapshots the node
+    before then sees them change under it)."""
+    def settled():
+        view = node_view(testbed, node)
+        return gpu_allocatable(view) and view["labels"].get(CONFIG) and view["labels"].get(STATE) == "success"
+    testbed.wait_for(settled, 90, "GPUs advertised and the MIG config settled on %s" % node)
 
 
 def rollout_vars(lock, **extra):
