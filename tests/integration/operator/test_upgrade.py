@@ -16,7 +16,10 @@ from tests.integration.operator.test_chart_pin import CHART_V26
 from tests.integration.operator.test_operator import set_mig_config, wait_for
 from tests.testbed.gpusim import hoststate
 
-UPGRADE = {"gpu_operator_chart_ref": str(CHART_V26)}
+# v26.7.0's chart enables dcgm-exporter's ServiceMonitor by default (v25.3.4's did not); the testbed has no
+# Prometheus Operator CRDs, and without them the controller keeps ClusterPolicy notReady (state-dcgm-exporter).
+UPGRADE = {"gpu_operator_chart_ref": str(CHART_V26),
+           "gpu_operator_extra_values": {"nfd": {"enabled": False}, "dcgmExporter": {"serviceMonitor": {"enabled": False}}}}
 GPU_NODES = ("op-a100", "op-h100", "op-h200")
 MIG_LABELS = ("nvidia.com/mig.config", "nvidia.com/mig.config.state", "nvidia.com/mig.strategy")
 
