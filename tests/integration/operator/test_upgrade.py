@@ -131,7 +131,7 @@ def test_upgrade_to_v26_keeps_every_node_mig_layout(operator_sandbox):
     result = operator_sandbox.site("--tags", "operator", extra_vars=UPGRADE)
     assert result.rc == 0, result
     new_revision, _chart, new_app = revision(operator_sandbox)
-    assert (new_revision, old_app, new_app) == (old_revision + 1, "devel-ubi8", "main-latest")
+    assert (int(new_revision), old_app, new_app) == (int(old_revision) + 1, "devel-ubi8", "main-latest")
     crds = crd_versions(operator_sandbox)
     assert "gpuclusters.nvidia.com" in crds
     assert crds["clusterpolicies.nvidia.com"] != old_crds["clusterpolicies.nvidia.com"]
