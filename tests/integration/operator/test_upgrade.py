@@ -1,0 +1,147 @@
+"""Operator upgrade with the gpu_operator role: NVIDIA's v25.3.4 chart (from the GPU Operator Go module the testbed
+builds) installed, then upgraded to NVIDIA's v26.7.0 chart (read-only from ../shared, see test_chart_pin.py).
+
+The tests build on each other in file order on one cluster (the operator_sandbox fixture): install and a MIG layout,
+the refusals (a node in `pending`, a held rollout Lease: nothing changes), check mode (nothing changes), the upgrade
+(ClusterPolicy ready again, every node's MIG layout unchanged) and an idempotent re-run. The controller binary stays
+v25.3.4 throughout: only the chart, its CRDs and the ClusterPolicy come from v26.7.0 (docs/operator.md).
+"""
+
+import datetime
+
+import pytest
+from kubernetes import client
+
+from tests.integration.operator.test_chart_pin import CHART_V26
+from tests.integration.operator.test_operator import set_mig_config, wait_for
+from tests.testbed.gpusim import hoststate
+
+# v26.7.0's chart enables dcgm-exporter's ServiceMonitor by default (v25.3.4's did not); the testbed has no
+# Prometheus Operator CRDs, and without them the controller keeps ClusterPolicy notReady (state-dcgm-exporter).
+UPGRADE = {"gpu_operator_chart_ref": str(CHART_V26),
+           "gpu_operator_extra_values": {"nfd": {"enabled": False}, "dcgmExporter": {"serviceMonitor": {"enabled": False}}}}
+GPU_NODES = ("op-a100", "op-h100", "op-h200")
+MIG_LABELS = ("nvidia.com/mig.config", "nvidia.com/mig.config.state", "nvidia.com/mig.strategy")
+
+pytestmark = pytest.mark.skipif(not (CHART_V26 / "Chart.yaml").exists(),
+                                reason="NVIDIA's v26.7.0 chart not at %s (set GPUFLEET_NVIDIA_DIR)" % CHART_V26)
+
+
+def crd_versions(sandbox):
+    """name -> resourceVersion of every nvidia.com / resource.nvidia.com CRD."""
+    crds = client.ApiextensionsV1Api(sandbox.bed.api_client()).list_custom_resource_definition().items
+    return dict((c.metadata.name, c.metadata.resource_version) for c in crds if c.spec.group.endswith("nvidia.com"))
+
+
+def mig_layout(sandbox):
+    """Per GPU node: the MIG labels and the simulated GPUs' MIG mode and devices (what MIG Manager applied)."""
+    layout = {}
+    for name in GPU_NODES:
+        labels = sandbox.agents.labels(name)
+        state = hoststate.load(sandbox.agents.state_path(name))
+        layout[name] = {"labels": dict((k, labels.get(k)) for k in MIG_LABELS),
+                        "allocatable": dict((k, v) for k, v in sandbox.agents.allocatable(name).items()
+                                            if k.startswith("nvidia.com/")),
+                        "gpus": [dict((k, v) for k, v in gpu.items() if k in ("gi", "ci") or "mig" in k.lower())
+                                 for gpu in state["gpus"]]}
+    return layout
+
+
+def ran(result, task):
+    """Results of ``task`` that were not skipped."""
+    return [res for _host, res in result.task_results(task) if not res.get("skipped")]
+
+
+def revision(sandbox):
+    releases = sandbox.releases()
+    assert len(releases) == 1, releases
+    return releases[0]["revision"], releases[0]["chart"], releases[0]["app_version"]
+
+
+def assert_nothing_changed(sandbox, before_revision, before_crds):
+    assert revision(sandbox) == before_revision
+    assert crd_versions(sandbox) == before_crds
+    assert "gpuclusters.nvidia.com" not in before_crds  # new in v26.7.0: not applied
+
+
+def test_install_v25_module_chart_and_a_mig_layout(operator_sandbox):
+    result = operator_sandbox.site("--tags", "operator")
+    assert result.rc == 0, result
+    assert result.task_results("Report the operator upgrade")  # present, and skipped: a fresh install is no upgrade
+    assert not ran(result, "Report the operator upgrade") and not ran(result, "Apply the target chart's CRDs")
+    assert not ran(result, "Refuse the upgrade")
+    assert operator_sandbox.policy()["status"]["state"] == "ready"
+    set_mig_config(operator_sandbox, "op-h100", "all-1g.10gb")
+    assert "gpuclusters.nvidia.com" not in crd_versions(operator_sandbox)
+
+
+def test_upgrade_refused_while_a_node_is_pending(operator_sandbox):
+    before = revision(operator_sandbox), crd_versions(operator_sandbox)
+    operator_sandbox.agents.label("op-a100", "nvidia.com/mig.config.state", "pending")
+    try:
+        result = operator_sandbox.site("--tags", "operator", extra_vars=UPGRADE)
+    finally:
+        operator_sandbox.agents.label("op-a100", "nvidia.com/mig.config.state", "success")
+    assert result.rc != 0, result
+    message = " ".join(result.failure_messages())
+    assert message.startswith("GPU Operator upgrade refused, nothing changed:"), message
+    assert "node op-a100: nvidia.com/mig.config.state=pending" in message
+    assert "op-h100" not in message and "op-h200" not in message
+    assert_nothing_changed(operator_sandbox, *before)
+
+
+def test_upgrade_refused_while_a_rollout_holds_the_lease(operator_sandbox):
+    before = revision(operator_sandbox), crd_versions(operator_sandbox)
+    custom = client.CustomObjectsApi(operator_sandbox.bed.api_client())
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "gpufleet-mig-rollout", "namespace": "gpu-operator",
+                          "annotations": {"gpufleet.io/rollout": "all-balanced on 3 nodes"}},
+             "spec": {"holderIdentity": "ctl-7-run-42", "leaseDurationSeconds": 600, "acquireTime": now, "renewTime": now}}
+    custom.create_namespaced_custom_object("coordination.k8s.io", "v1", "gpu-operator", "leases", lease)
+    try:
+        result = operator_sandbox.site("--tags", "operator", extra_vars=UPGRADE)
+    finally:
+        custom.delete_namespaced_custom_object("coordination.k8s.io", "v1", "gpu-operator", "leases", "gpufleet-mig-rollout")
+    assert result.rc != 0, result
+    message = " ".join(result.failure_messages())
+    assert "MIG rollout lock gpu-operator/gpufleet-mig-rollout held by ctl-7-run-42 (all-balanced on 3 nodes)" in message
+    assert_nothing_changed(operator_sandbox, *before)
+
+
+def test_check_mode_shows_the_crd_difference_and_changes_nothing(operator_sandbox):
+    before = revision(operator_sandbox), crd_versions(operator_sandbox)
+    result = operator_sandbox.site("--check", "--diff", "--tags", "operator", extra_vars=UPGRADE)
+    assert result.rc == 0, result
+    report = ran(result, "Report the operator upgrade")[0]["msg"]
+    assert "-> gpu-operator-v1.0.0-devel (app main-latest)" in report and "(app devel-ubi8)" in report, report
+    applied = dict((r["item"]["path"].rsplit("/", 1)[-1], r) for res in ran(result, "Apply the target chart's CRDs")
+                   for r in res["results"])
+    assert applied["nvidia.com_gpuclusters.yaml"]["changed"] is True  # created on the server only as a dry run
+    assert applied["nvidia.com_clusterpolicies.yaml"]["changed"] is True and applied["nvidia.com_clusterpolicies.yaml"].get("diff")
+    assert result.task_results("Install or upgrade the GPU Operator chart")[0][1]["changed"] is True
+    assert_nothing_changed(operator_sandbox, *before)
+
+
+def test_upgrade_to_v26_keeps_every_node_mig_layout(operator_sandbox):
+    layout = mig_layout(operator_sandbox)
+    assert layout["op-h100"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
+    old_revision, _chart, old_app = revision(operator_sandbox)
+    old_crds = crd_versions(operator_sandbox)
+    result = operator_sandbox.site("--tags", "operator", extra_vars=UPGRADE)
+    assert result.rc == 0, result
+    new_revision, _chart, new_app = revision(operator_sandbox)
+    assert (int(new_revision), old_app, new_app) == (int(old_revision) + 1, "devel-ubi8", "main-latest")
+    crds = crd_versions(operator_sandbox)
+    assert "gpuclusters.nvidia.com" in crds
+    assert crds["clusterpolicies.nvidia.com"] != old_crds["clusterpolicies.nvidia.com"]
+    values = operator_sandbox.bed.helm("get", "values", "gpu-operator", "-n", "gpu-operator", "-o", "json").stdout
+    assert '"upgradeCRD":false' in values.replace(" ", "")
+    wait_for(lambda: (operator_sandbox.policy().get("status") or {}).get("state") == "ready", what="ClusterPolicy ready")
+    assert mig_layout(operator_sandbox) == layout
+
+    again = operator_sandbox.site("--tags", "operator", extra_vars=UPGRADE)
+    assert again.rc == 0, again
+    assert again.changed == 0, list(again.data["stats"].items())
+    assert not ran(again, "Report the operator upgrade") and not ran(again, "Apply the target chart's CRDs")
+    assert revision(operator_sandbox)[0] == new_revision
