@@ -65,9 +65,34 @@ state:
   type: str
   sample: ready
 lease:
-  description: The MIG rollout Lease as read (holder, renewed, expires, ...), or null when there is none.
+  description: The MIG rollout Lease as read, or null when there is none.
   returned: always
   type: dict
+  contains:
+    holder:
+      description: The Lease's C(spec.holderIdentity).
+      returned: when there is a Lease
+      type: str
+    acquired:
+      description: The Lease's C(spec.acquireTime) (RFC 3339 MicroTime).
+      returned: when there is a Lease
+      type: str
+    renewed:
+      description: The Lease's C(spec.renewTime).
+      returned: when there is a Lease
+      type: str
+    duration_s:
+      description: The Lease's C(spec.leaseDurationSeconds).
+      returned: when there is a Lease
+      type: int
+    expires:
+      description: When the Lease expires unless renewed; null when unknown. An expired Lease blocks nothing.
+      returned: when there is a Lease
+      type: str
+    rollout:
+      description: The rollout's description (annotation C(gpufleet.io/rollout)), or null.
+      returned: when there is a Lease
+      type: str
 """
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
