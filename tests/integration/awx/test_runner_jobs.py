@@ -104,6 +104,14 @@ def gpu_allocatable(testbed, name):
     return dict((k, int(v)) for k, v in allocatable.items() if k.startswith("nvidia.com/") and v != "0")
 
 
+def wait_settled(testbed, name, gpus):
+    """GPUs advertised, and NVIDIA's controller has set the node's default MIG config label and MIG Manager has
+    reported on it: a snapshot taken earlier sees the label arrive under it."""
+    testbed.wait_for(lambda: gpu_allocatable(testbed, name).get("nvidia.com/gpu") == gpus
+                     and node_labels(testbed, name).get(CONFIG)
+                     and node_labels(testbed, name).get(CONFIG + ".state") == "success", 90, "GPUs and MIG config on %s" % name)
+
+
 def automation_kubeconfig(testbed):
     testbed.kubectl("create", "namespace", "gpu-operator", check=False)
     testbed.kubectl("apply", "-f", os.path.join(ROOT, "rbac", "mig-reconfigure.yaml"))
@@ -113,8 +121,7 @@ def automation_kubeconfig(testbed):
 def test_plan_job_then_apply_job_through_ansible_runner(testbed, gpu_cluster, add_gpu_node, tmp_path):
     nodes = sorted([add_gpu_node("awx-h100", "H100-80GB-HBM3", 2), add_gpu_node("awx-h100", "H100-80GB-HBM3", 2)])
     for name in nodes:
-        testbed.wait_for(lambda n=name: gpu_allocatable(testbed, n).get("nvidia.com/gpu") == 2, 90,
-                         "whole GPUs advertised on %s" % name)
+        wait_settled(testbed, name, 2)
     before = dict((n, node_labels(testbed, n).get(CONFIG)) for n in nodes)
     kubeconfig = automation_kubeconfig(testbed)
     # The credential has no context: AWX still injects K8S_AUTH_CONTEXT="" (the inventory plugin and the modules
@@ -147,7 +154,7 @@ def test_custom_profile_answer_reaches_the_playbook(testbed, gpu_cluster, add_gp
     """Survey 'custom' + free text: the template's extra vars turn it into profile=<text>; an unknown name is
     refused by the playbook's pre-flight before anything changes."""
     name = add_gpu_node("awx-custom", "H100-80GB-HBM3", 1)
-    testbed.wait_for(lambda: gpu_allocatable(testbed, name).get("nvidia.com/gpu") == 1, 90, "GPU on %s" % name)
+    wait_settled(testbed, name, 1)
     before = node_labels(testbed, name).get(CONFIG)
     answers = {"survey_profile": "custom", "survey_custom_profile": " no-such-layout ", "nodes": name,
                "max_unavailable": "1"}
