@@ -21,7 +21,7 @@ STATIC_CONFIG_MAP = NVIDIA_DIR / "gpu-operator-v26.7.0" / "assets" / "state-mig-
 def nvidia_static_configs():
     """mig-configs of NVIDIA's default-mig-parted-config (v26.7.0)."""
     if not STATIC_CONFIG_MAP.exists():
-        pytest.skip("NVIDIA's v26.7.0 MIG Manager assets not at %s (set GPUFLEET_NVIDIA_DIR)" % STATIC_CONFIG_MAP)
+        pytest.fail("NVIDIA's v26.7.0 MIG Manager assets not at %s (set GPUFLEET_NVIDIA_DIR)" % STATIC_CONFIG_MAP)
     return yaml.safe_load(yaml.safe_load(STATIC_CONFIG_MAP.read_text())["data"]["config.yaml"])["mig-configs"]
 
 
