@@ -524,3 +524,32 @@ def inventory_cases():
     strategies.append(st.sampled_from(typos).map(lambda t: Case(
         "inventory", "unknown option (typo)", {"plugin": "gpufleet.gpu_operator.gpu_nodes", t: "x"}, [t])))
     return st.one_of(strategies)
+
+
+# -- the verdict ----------------------------------------------------------------------------------------------------
+# Messages of a module that got past its checks: the input was not refused for what it is.
+NOT_A_CHECK = ("no usable Kubernetes connection", "cannot reach the Kubernetes API server", "NVML library not found",
+               "Failed to import")
+
+
+def problem_of(case, result):
+    """None when ``result`` refuses ``case`` as it should (failed, changed=false, one line naming one of
+    ``case.names``, no traceback), else what is wrong."""
+    if "traceback" in result:
+        return "traceback: %s" % result["traceback"].strip().splitlines()[-1]
+    if "worker_error" in result:
+        return result["worker_error"]
+    if not result.get("failed"):
+        return "accepted (changed=%s)" % result.get("changed")
+    if result.get("changed"):
+        return "failed with changed=true"
+    msg = str(result.get("msg", ""))
+    if "\n" in msg.strip():
+        return "message on several lines: %r" % msg[:200]
+    if case.kind == "malformed kubeconfig":  # refused when the client is built, before any call
+        if "kubeconfig" not in msg or "set kubeconfig (or" in msg:
+            return "kubeconfig not named as the cause: %r" % msg[:300]
+        return None
+    if msg.startswith(NOT_A_CHECK) or not any(name in msg for name in case.names):
+        return "message names none of %s: %r" % (case.names, msg[:300])
+    return None

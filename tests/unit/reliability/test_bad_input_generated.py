@@ -34,10 +34,6 @@ SETTINGS = dict(derandomize=True, database=None, deadline=None, print_blob=False
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                        HealthCheck.function_scoped_fixture])
 
-# Messages of a module that got past its checks: the input was not refused for what it is.
-NOT_A_CHECK = ("no usable Kubernetes connection", "cannot reach the Kubernetes API server", "NVML library not found",
-               "Failed to import")
-
 MODULE_SPECS = bad_inputs.load_module_specs()
 ROLE_SPECS = bad_inputs.load_role_specs()
 
@@ -48,28 +44,6 @@ def bare_env(tmp_path):
                if not k.startswith(("K8S_AUTH_", "KUBECONFIG", "LD_LIBRARY_PATH", "GPUFLEET_")))
     env["HOME"] = str(tmp_path)
     return env
-
-
-def problem_of(case, result):
-    """None when ``result`` refuses ``case`` as it should, else what is wrong."""
-    if "traceback" in result:
-        return "traceback: %s" % result["traceback"].strip().splitlines()[-1]
-    if "worker_error" in result:
-        return result["worker_error"]
-    if not result.get("failed"):
-        return "accepted (changed=%s)" % result.get("changed")
-    if result.get("changed"):
-        return "failed with changed=true"
-    msg = str(result.get("msg", ""))
-    if "\n" in msg.strip():
-        return "message on several lines: %r" % msg[:200]
-    if case.kind == "malformed kubeconfig":  # refused when the client is built, before any call
-        if "kubeconfig" not in msg or "set kubeconfig (or" in msg:
-            return "kubeconfig not named as the cause: %r" % msg[:300]
-        return None
-    if msg.startswith(NOT_A_CHECK) or not any(name in msg for name in case.names):
-        return "message names none of %s: %r" % (case.names, msg[:300])
-    return None
 
 
 class Recorder(object):
@@ -115,7 +89,7 @@ def run_cases(strategy, workers, max_examples):
     @settings(max_examples=max_examples, **SETTINGS)
     @given(case=strategy)
     def check(case):
-        recorder.add(case, problem_of(case, workers(case.target).run(case.args)))
+        recorder.add(case, bad_inputs.problem_of(case, workers(case.target).run(case.args)))
 
     check()
     return recorder
@@ -170,7 +144,7 @@ def test_every_role_entry_point_refuses_generated_bad_variables():
     @settings(max_examples=150, **SETTINGS)
     @given(case=st.sampled_from(faults).flatmap(lambda s: s))
     def check(case):
-        recorder.add(case, problem_of(case, validate_role_input(case)))
+        recorder.add(case, bad_inputs.problem_of(case, validate_role_input(case)))
 
     check()
     recorder.check(MIN_DISTINCT["role argument specs"])
@@ -217,7 +191,7 @@ def test_inventory_plugin_refuses_generated_bad_options(tmp_path):
         def check(case):
             proc.stdin.write(json.dumps(case.args) + "\n")  # JSON is YAML: one source file per line
             proc.stdin.flush()
-            recorder.add(case, problem_of(case, json.loads(proc.stdout.readline())))
+            recorder.add(case, bad_inputs.problem_of(case, json.loads(proc.stdout.readline())))
 
         check()
     finally:
