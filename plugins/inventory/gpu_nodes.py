@@ -192,8 +192,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         problems = []
         unknown = sorted(set(config) - known)
         if unknown:
-            problems.append("unknown option(s) %s (this plugin's options: %s)" % (", ".join(map(str, unknown)),
-                                                                                   ", ".join(sorted(definitions))))
+            problems.append("unknown option(s) %s (this plugin's options: %s)"
+                            % (", ".join(map(str, unknown)), ", ".join(sorted(definitions))))
         for name, definition in sorted(definitions.items()):
             if definition.get("type") not in ("bool", "boolean"):
                 continue

@@ -88,6 +88,7 @@ INT64 = (-2 ** 63, 2 ** 63 - 1)
 def integers(min_value=INT64[0], max_value=INT64[1]):
     return st.integers(min_value=min_value, max_value=max_value)
 
+
 BOOL_WORDS = {"y", "yes", "on", "1", "true", "t", "n", "no", "off", "0", "false", "f"}
 
 
@@ -175,8 +176,8 @@ def option_faults(name, spec, unknown_ok=True):
         if elements == "int":
             faults.append(("negative number", integers(max_value=-1).map(lambda v: ([v], names))))
     if kind in ("int", "float"):
-        numbers = integers(max_value=-1) if kind == "int" else st.floats(max_value=-0.001, allow_nan=False,
-                                                                             allow_infinity=False)
+        numbers = integers(max_value=-1) if kind == "int" else st.floats(
+            max_value=-0.001, allow_nan=False, allow_infinity=False)
         faults.append(("negative number", numbers.map(lambda v: (v, names))))
     for sub_name, sub_spec in sorted((spec.get("options") or {}).items()):
         if kind not in ("dict", "list") or (kind == "list" and spec.get("elements") != "dict"):
@@ -284,13 +285,13 @@ def module_faults(module, spec):
         out.append(("mutually exclusive options", st.just(Case(module, "mutually exclusive options", args, list(group)))))
     for group in spec.get("required_one_of") or []:
         args = dict((k, v) for k, v in base.items() if k not in group)
-        out.append(("one of several options required", st.just(Case(module, "one of several options required", args,
-                                                                     list(group)))))
+        kind = "one of several options required"
+        out.append((kind, st.just(Case(module, kind, args, list(group)))))
     for key, value, needed in spec.get("required_if") or []:
         args = dict((k, v) for k, v in base.items() if k not in needed)
         args[key] = value
-        out.append(("option required by another", st.just(Case(module, "option required by another", args,
-                                                                list(needed)))))
+        kind = "option required by another"
+        out.append((kind, st.just(Case(module, kind, args, list(needed)))))
     return out
 
 
@@ -458,8 +459,8 @@ def bad_device_plugin(draw):
 
 # -- raw options that modules check themselves ----------------------------------------------------------------------
 def max_unavailable_cases():
-    values = st.one_of(integers(max_value=0), words, st.sampled_from(["0%", "101%", "-5%", "25 %", "%", "1.5",
-                                                                        "2x", "", "25%%"]),
+    malformed = ["0%", "101%", "-5%", "25 %", "%", "1.5", "2x", "", "25%%"]
+    values = st.one_of(integers(max_value=0), words, st.sampled_from(malformed),
                        st.floats(0.1, 9.9).filter(lambda f: f != int(f)), st.lists(integers(1, 3), min_size=1, max_size=2),
                        st.dictionaries(identifiers, integers(), min_size=1, max_size=1))
     return values.map(lambda v: Case("mig_rollout", "malformed max_unavailable",
