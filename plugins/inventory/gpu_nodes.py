@@ -183,8 +183,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _check_source(self, config, path):
         """Refuse, naming the option, what Ansible's option handling lets through: unknown options (a typo is
-        otherwise ignored), booleans that are not booleans (read as false), a main group name Ansible cannot
-        target, keyed_groups entries that are not mappings."""
+        otherwise ignored), booleans that are not booleans (read as false), a negative cache_timeout, a main group
+        name Ansible cannot target, keyed_groups entries that are not mappings."""
         definitions = C.config.get_configuration_definitions("inventory", self._load_name) or {}
         known = set(definitions)
         for definition in definitions.values():
@@ -203,6 +203,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     continue
                 if not isinstance(value, (str, int, float)) or (value.lower() if isinstance(value, str) else value) not in BOOLEANS:
                     problems.append("%s must be true or false, got %r" % (key, value))
+        timeout = self.get_option("cache_timeout")
+        if isinstance(timeout, int) and timeout < 0:
+            problems.append("cache_timeout must be >= 0 seconds (0: never expires), got %s" % timeout)
         group = self.get_option("group")
         if not isinstance(group, str) or not group or C.INVALID_VARIABLE_NAMES.search(group):
             problems.append("group %r is not a valid Ansible group name (letters, digits and _, not starting with a digit)"
