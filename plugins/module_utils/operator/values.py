@@ -91,8 +91,9 @@ def _flatten(tree, prefix=""):
     return flat
 
 
-def _check_k8s_name(what, name, problems):
-    if not name or len(name) > 253 or not _K8S_NAME.match(name):
+def _check_k8s_name(what, name, problems, limit=253):
+    if not isinstance(name, str) or not name or len(name) > limit or not _K8S_NAME.match(name) or ".." in name \
+            or (limit == 63 and "." in name):
         problems.append("%s %r is not a valid Kubernetes object name" % (what, name))
 
 
@@ -175,6 +176,9 @@ def settings_problems(settings, mig_config_problems=None):
     (it needs the GPU models of the inventory, so the caller runs it).
     """
     problems = list(mig_config_problems or [])
+    # Names of what the role creates: checked whether or not a config is given, before anything is applied.
+    if settings.get("namespace") is not None:
+        _check_k8s_name("namespace", settings["namespace"], problems, limit=63)
     strategy = settings.get("mig_strategy")
     if strategy not in MIG_STRATEGIES:
         problems.append("mig_strategy %r is not one of %s" % (strategy, "|".join(MIG_STRATEGIES)))
@@ -184,13 +188,15 @@ def settings_problems(settings, mig_config_problems=None):
     if settings.get("mig_config") is not None:
         if not settings.get("mig_manager_enabled", True):
             problems.append("mig_config is set but mig_manager_enabled is false: nothing would apply it")
+    if settings.get("mig_config") is not None or settings.get("mig_config_name") is not None:
         _check_k8s_name("mig_config_name", settings.get("mig_config_name"), problems)
     if settings.get("mig_with_reboot") and not settings.get("mig_manager_enabled", True):
         problems.append("mig_with_reboot is true but mig_manager_enabled is false")
+    if settings.get("device_plugin_config") is not None or settings.get("device_plugin_config_name") is not None:
+        _check_k8s_name("device_plugin_config_name", settings.get("device_plugin_config_name"), problems)
     if settings.get("device_plugin_config") is not None:
         configs = settings["device_plugin_config"]
         problems.extend(device_plugin_config_problems(configs, strategy))
-        _check_k8s_name("device_plugin_config_name", settings.get("device_plugin_config_name"), problems)
         default = settings.get("device_plugin_config_default")
         if isinstance(configs, dict) and default and default not in configs:
             problems.append("device_plugin_config_default %r names no entry of device_plugin_config (has: %s)"
