@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     LABEL_MIG_STATE,
     LABEL_MIG_STRATEGY,
     LABEL_PRODUCT,
+    LABEL_SHARING_STRATEGY,
     PAUSED_VALUE,
     deploy_labels,
     mixed_mig_counts,
@@ -33,6 +34,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     node_ready,
     nvidia_labels,
     parse_product,
+    replicas,
     to_int,
     unschedulable,
 )
@@ -66,6 +68,11 @@ def node_summary(node):
         "mig_config": labels.get(LABEL_MIG_CONFIG),
         "mig_config_state": labels.get(LABEL_MIG_STATE),
         "mig_invalid": parsed["mig_invalid"],
+        # Time-slicing / MPS as GFD labels it (NVIDIA/k8s-device-plugin internal/lm/resource.go): shares per
+        # device (1 = not shared), the strategy, and whether the product carries GFD's -SHARED suffix.
+        "replicas": replicas(labels),
+        "sharing_strategy": labels.get(LABEL_SHARING_STRATEGY) or "none",
+        "product_shared": parsed["shared"],
         "mig_devices": mig_devices,
         "deploy_labels": deploy,
         "deploy_paused": sorted(k for k, v in deploy.items() if v == PAUSED_VALUE),
