@@ -89,3 +89,22 @@ def test_accepted_configs_share_what_nvidia_shares(nvidia_verdicts):
         assert (effect["sharing"], effect["resources"]) == (verdict["sharing_strategy"], nvidia), entry["id"]
         compared += 1
     assert compared >= 15
+
+
+@pytest.mark.parametrize("keys, label, default", [
+    (["a", "b"], "b", None), (["a", "b"], None, "a"), (["a", "b"], "b", "a"), (["default", "b"], None, None),
+    (["only"], None, None), (["a"], "missing", None), (["a"], None, "missing"), (["default"], None, "default"),
+])
+def test_which_config_a_node_gets_is_the_same_in_the_role_and_the_simulated_config_manager(keys, label, default):
+    """NVIDIA's config manager (cmd/config-manager/main.go updateConfigName with the operator's
+    FALLBACK_STRATEGIES=empty): label, else default, else nothing - never a key named `default` or a single key by
+    itself. The simulated config manager (the agents) and the role's reading must agree."""
+    from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.device_plugin_config import config_for_node
+    from tests.testbed.agents import operands
+    labels = {"nvidia.com/device-plugin.config": label} if label else {}
+    product_key, product_problem = config_for_node(labels, keys, default)
+    sim_key, sim_error = operands.select_plugin_config(keys, label, default)
+    assert product_key == sim_key
+    assert (product_problem is None) == (sim_error is None)
+    if not label and not default:
+        assert product_key is None  # no sharing on that node

@@ -163,17 +163,17 @@ class Agents:
         self.mig_manager(name, labels)
 
     def plugin_config(self, node, labels):
-        """The device-plugin config this node uses: ClusterPolicy spec.devicePlugin.config.name ConfigMap,
-        key from label nvidia.com/device-plugin.config, else config.default, else `default`/the only key (§9.2)."""
+        """The device-plugin config this node uses: ClusterPolicy spec.devicePlugin.config.name ConfigMap, the key
+        the config manager picks (operands.select_plugin_config: label, else config.default, else none)."""
         spec = (self.cache.policy_spec().get("devicePlugin") or {}).get("config") or {}
         if not spec.get("name"):
             return None
         cm = ignore_missing(self.cache.core.read_namespaced_config_map, spec["name"], self.namespace)
         data = (cm.data if cm else None) or {}
-        key = labels.get(PLUGIN_CONFIG_LABEL)
-        if key not in data:
-            key = spec.get("default") or ("default" if "default" in data else (next(iter(data)) if len(data) == 1 else None))
-        if key not in data:
+        key, error = operands.select_plugin_config(data, labels.get(PLUGIN_CONFIG_LABEL), spec.get("default"))
+        if error:
+            LOG.warning("[%s] device-plugin config manager: %s", node, error)
+        if key is None:
             return None
         try:
             return yaml.safe_load(data[key])
