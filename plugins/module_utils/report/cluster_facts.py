@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     LABEL_MIG_STATE,
     LABEL_MIG_STRATEGY,
     LABEL_PRODUCT,
+    LABEL_REPLICAS,
     LABEL_SHARING_STRATEGY,
     PAUSED_VALUE,
     deploy_labels,
@@ -34,6 +35,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     node_ready,
     nvidia_labels,
     parse_product,
+    parse_resource,
     replicas,
     to_int,
     unschedulable,
@@ -82,6 +84,32 @@ def node_summary(node):
         "unschedulable": unschedulable(node),
         "labels": nvidia_labels(labels),
     }
+
+
+def sharing_problems(summary):
+    """Where GFD's time-slicing/MPS labels disagree with each other or with allocatable ([] = consistent; never raises).
+
+    NVIDIA/k8s-device-plugin internal/lm/resource.go: ``<resource>.replicas`` > 1 goes with ``sharing-strategy``
+    time-slicing or mps, and ``-SHARED`` ends the product of a shared resource that keeps its name; the device
+    plugin advertises ``<resource>.shared`` with renameByDefault."""
+    labels = summary.get("labels") or {}
+    shares = summary.get("replicas") or 1
+    strategy = summary.get("sharing_strategy") or "none"
+    problems = []
+    if shares > 1 and strategy not in ("time-slicing", "mps"):
+        problems.append("label %s=%d but %s is %r (time-slicing or mps expected)" % (LABEL_REPLICAS, shares, LABEL_SHARING_STRATEGY, strategy))
+    if shares <= 1 and strategy in ("time-slicing", "mps"):
+        problems.append("label %s=%s but %s is %r (more than 1 expected)"
+                        % (LABEL_SHARING_STRATEGY, strategy, LABEL_REPLICAS, labels.get(LABEL_REPLICAS)))
+    if summary.get("product_shared") and shares <= 1:
+        problems.append("label %s=%s says shared but %s is %r"
+                        % (LABEL_PRODUCT, summary.get("product_label"), LABEL_REPLICAS, labels.get(LABEL_REPLICAS)))
+    for resource, count in sorted((summary.get("allocatable") or {}).items()):
+        parsed = parse_resource(resource)
+        if count and parsed and parsed["shared"] and replicas(labels, parsed["base"]) <= 1:
+            problems.append("allocatable %s=%d is a shared resource but label %s.replicas is %r"
+                            % (resource, count, parsed["base"], labels.get(parsed["base"] + ".replicas")))
+    return problems
 
 
 def group_safe(value):

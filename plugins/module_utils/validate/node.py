@@ -19,8 +19,6 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     LABEL_MEMORY,
     LABEL_MIG_STRATEGY,
     LABEL_PRODUCT,
-    LABEL_REPLICAS,
-    LABEL_SHARING_STRATEGY,
     PRODUCT_SHARED_SUFFIX,
     RESOURCE_GPU,
     devices_advertised,
@@ -28,12 +26,11 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     mig_resource,
     parse_resource,
     product_label,
-    replicas,
     resource_mig_profile,
     resource_profile,
     single_mig_product_label,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.cluster_facts import node_summary
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.cluster_facts import node_summary, sharing_problems
 
 
 def _mig_enabled(gpu):
@@ -109,7 +106,7 @@ def _label_vs_allocatable(summary, strategy, problems):
     if summary["mig_invalid"]:
         problems.append("label %s=%s: GFD found a MIG layout the single strategy cannot advertise"
                         % (LABEL_PRODUCT, summary["product_label"]))
-    _sharing_labels(summary, problems)
+    problems.extend(sharing_problems(summary))
     if total == 0:
         problems.append("device plugin advertises 0 GPU resources (allocatable has no nvidia.com/gpu or nvidia.com/mig-*)")
     if strategy == "mixed":
@@ -125,26 +122,6 @@ def _label_vs_allocatable(summary, strategy, problems):
                 problems.append("allocatable %s=%d has no %s label" % (resource, advertised, mig_count_label(profile)))
     elif label_count is not None and allocatable.get(RESOURCE_GPU, 0) != label_count and not summary["mig_invalid"]:
         problems.append("label %s=%d but allocatable %s=%d" % (LABEL_COUNT, label_count, RESOURCE_GPU, allocatable.get(RESOURCE_GPU, 0)))
-
-
-def _sharing_labels(summary, problems):
-    """GFD's time-slicing/MPS labels agree with each other and with allocatable (NVIDIA/k8s-device-plugin
-    internal/lm/resource.go: gpu.replicas > 1 with sharing-strategy time-slicing|mps, -SHARED on the product
-    of a shared resource that keeps its name; the device plugin advertises ``<resource>.shared`` with renameByDefault)."""
-    labels = summary["labels"]
-    shares = summary["replicas"]
-    strategy = summary["sharing_strategy"]
-    if shares > 1 and strategy not in ("time-slicing", "mps"):
-        problems.append("label %s=%d but %s is %r (time-slicing or mps expected)" % (LABEL_REPLICAS, shares, LABEL_SHARING_STRATEGY, strategy))
-    if shares <= 1 and strategy in ("time-slicing", "mps"):
-        problems.append("label %s=%s but %s is %r (more than 1 expected)" % (LABEL_SHARING_STRATEGY, strategy, LABEL_REPLICAS, labels.get(LABEL_REPLICAS)))
-    if summary["product_shared"] and shares <= 1:
-        problems.append("label %s=%s says shared but %s is %r" % (LABEL_PRODUCT, summary["product_label"], LABEL_REPLICAS, labels.get(LABEL_REPLICAS)))
-    for resource, count in sorted(summary["allocatable"].items()):
-        parsed = parse_resource(resource)
-        if count and parsed["shared"] and replicas(labels, parsed["base"]) <= 1:
-            problems.append("allocatable %s=%d is a shared resource but label %s.replicas is %r"
-                            % (resource, count, parsed["base"], labels.get(parsed["base"] + ".replicas")))
 
 
 def _product_without_sharing(summary):
