@@ -70,14 +70,14 @@ def parse_labels(text):
     return labels
 
 
-def run_gfd(state_file, lib_dir, mig_strategy, config_text=None, timeout=60):
+def run_gfd(state_file, lib_dir, mig_strategy, config_text=None, timeout=60, gfd_binary=None):
     """Labels NVIDIA's GFD writes (``--oneshot``) for the simulated host ``state_file`` under the GPU Operator's
     settings for it (MIG_STRATEGY from the ClusterPolicy; the node's device-plugin config file if any).
 
     Returns {label: value}; raises RuntimeError with GFD's output when it exits non-zero."""
     with tempfile.TemporaryDirectory(prefix="gfd-") as tmp:
         out = Path(tmp) / "labels"
-        args = [binary("gfd"), "--oneshot", "--output-file=%s" % out, "--use-node-feature-api=false",
+        args = [gfd_binary or binary("gfd"), "--oneshot", "--output-file=%s" % out, "--use-node-feature-api=false",
                 "--no-timestamp", "--machine-type-file=%s" % (Path(tmp) / "product_name")]
         if config_text is not None:
             cfg = Path(tmp) / "config.yaml"
