@@ -20,7 +20,7 @@ devices are invisible under ``none``).
 Deliberate exclusions from (a):
 - ``nvidia.com/gpu.mode``: GFD reads it from the PCI class in sysfs, not from NVML; the simulated host has no sysfs
   (GFD writes ``unknown``), the agents write ``compute`` as GFD does on a real host
-  (the H200 reading in ../shared/reference: ``compute``).
+  (as on a real H200 running GFD v0.18.0).
 - ``nvidia.com/gpu.machine``: GFD reads the DMI product name file (``--machine-type-file``), not NVML; no such
   file here (GFD writes ``unknown``); the agents do not write it and the collection does not read it.
 """
