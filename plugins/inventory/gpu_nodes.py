@@ -123,7 +123,8 @@ cache_timeout: 300
 # Host variables of each node:
 #   gpu_node_name, gpu_model (GFD product without -MIG-*/-SHARED), gpu_product_label, gpu_count,
 #   gpu_memory_mb, gpu_family, gpu_driver_version, gpu_mig_capable, gpu_mig_strategy, gpu_mig_config,
-#   gpu_mig_config_state, gpu_mig_invalid, gpu_mig_devices ({profile: count}), gpu_deploy_labels,
+#   gpu_mig_config_state, gpu_mig_invalid, gpu_mig_devices ({profile: count}), gpu_replicas (time-slicing/MPS
+#   shares per device, 1 = not shared), gpu_sharing_strategy, gpu_product_shared (-SHARED), gpu_deploy_labels,
 #   gpu_deploy_paused (operands MIG Manager left paused), gpu_capacity, gpu_allocatable
 #   ({nvidia.com/gpu|mig-*: n}), gpu_ready, gpu_unschedulable, gpu_labels (all nvidia.com/* labels).
 """
