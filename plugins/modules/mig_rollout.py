@@ -142,6 +142,15 @@ options:
         (C(result), C(verified), C(mismatches)). The node stays cordoned for inspection either way.
     type: bool
     default: false
+  follow_timeout:
+    description:
+      - With O(phase=apply), seconds to follow the pods the drains evicted after the last node, until each has a
+        Running replacement (a new pod of the same ReplicaSet, StatefulSet or Job, matched by the controller's
+        uid); each row then says how many came back and on which nodes, and which are still Pending with the
+        scheduler's reason (C(follow) of RV(rows)). V(0) looks once and does not wait.
+      - One list and one watch of the evicted pods' namespaces, not a request per pod.
+    type: int
+    default: 60
   hardware:
     description:
       - Hardware facts per node name (C(gpus) as gpu_info returns them) - planned against with O(phase=plan) and
@@ -490,6 +499,60 @@ rows:
       returned: except after a release
       type: list
       elements: str
+    follow:
+      description:
+        - Where the pods evicted from this node are at the end of the call (O(follow_timeout)) - replacements are
+          new pods of the same controller (ownerReferences uid).
+      returned: when the drain evicted pods and O(follow_timeout) was set
+      type: dict
+      contains:
+        evicted:
+          description: Pods evicted from the node and followed.
+          returned: always
+          type: int
+        returned:
+          description: How many have a replacement Running (or Succeeded, a Job's) again.
+          returned: always
+          type: int
+        returned_on:
+          description: A map of node name to how many of the replacements run there.
+          returned: always
+          type: dict
+        pending:
+          description: Replacements not running yet.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            pod:
+              description: The replacement (namespace/name).
+              returned: always
+              type: str
+            replaces:
+              description: The evicted pod it replaces (namespace/name).
+              returned: always
+              type: str
+            reason:
+              description: The scheduler's message from the C(PodScheduled) condition (why it finds no node), else
+                the phase and node it waits on.
+              returned: always
+              type: str
+        not_back:
+          description:
+            - Evicted pods with no replacement - C(not recreated (no controller)) for a pod no controller manages,
+              C(no replacement pod seen) otherwise.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            pod:
+              description: The evicted pod (namespace/name).
+              returned: always
+              type: str
+            reason:
+              description: Why it is not back.
+              returned: always
+              type: str
     duration_s:
       description: Seconds the node took.
       returned: except after a release without rows
@@ -665,7 +728,10 @@ rows:
           type: list
           elements: str
 summary_table:
-  description: The rows as aligned text lines.
+  description:
+    - The rows as aligned text lines (node, model, before, after, evicted, back - replacements running of those
+      evicted - duration, result), then per node whose evicted pods were followed a line saying how many run
+      again and where, and one line per pod still Pending (with the scheduler's reason) or not recreated.
   returned: phase=apply or release, not check mode
   type: list
   elements: str
@@ -876,7 +942,8 @@ def roll(module):
             else:
                 rows, plans = rollout.run_rollout(ctx, nodes, params["config"], hardware,
                                                   window=window, hold_cordon=params["hold_cordon"],
-                                                  room_check=None if params["allow_unschedulable"] else room_check)
+                                                  room_check=None if params["allow_unschedulable"] else room_check,
+                                                  follow_timeout=params["follow_timeout"])
         finally:
             if renewer is not None:
                 renewer.__exit__(None, None, None)
@@ -937,6 +1004,7 @@ def main():
         verify_timeout=dict(type="int", default=180),
         unwedge_on_timeout=dict(type="bool", default=False),
         rollback_on_failure=dict(type="bool", default=False),
+        follow_timeout=dict(type="int", default=60),
         hardware=dict(type="dict"),
         lock=dict(type="dict", options=dict(
             namespace=dict(type="str", default="gpu-operator"),
@@ -963,6 +1031,8 @@ def main():
             batches.batch_size(params["max_unavailable"], len(nodes))
         except batches.BatchError as exc:
             module.fail_json(msg=str(exc))
+    if params["follow_timeout"] < 0:
+        module.fail_json(msg="follow_timeout must be 0 or more seconds, got %s" % params["follow_timeout"])
     for key in ("drain_timeout", "apply_timeout", "verify_timeout"):
         if params[key] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, params[key]))
