@@ -202,7 +202,7 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
         assert rows[name]["result"] == "reconfigured" and rows[name]["uncordon"] == "uncordoned"
     assert_only_gpu_pods_gone(testbed, before, dict((n, rows[n]["evicted"]) for n in names))
     lines = summary_lines(result)
-    assert lines[0].split() == ["node", "model", "before", "after", "evicted", "duration", "result"]
+    assert lines[0].split() == ["node", "model", "before", "after", "evicted", "back", "duration", "result"]
     assert all(any(line.startswith(n) and "reconfigured" in line for line in lines) for n in names)
 
     # Resumable/idempotent: a re-run finds every node at the target and touches nothing.
