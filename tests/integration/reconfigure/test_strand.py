@@ -142,12 +142,13 @@ def test_the_override_is_taken_from_the_playbook_extra_var(
 
 def deploy_on(testbed, namespace, name, nodes, replicas, resources):
     """A Deployment whose pods may run on any of ``nodes`` (and nowhere else in this shared cluster)."""
-    allowed = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": list(nodes)}]}
+    # One term per node (terms are ORed): a metadata.name field selector takes a single value.
+    allowed = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]} for node in nodes]
     body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
                      "template": {"metadata": {"labels": {"app": name}}, "spec": {
                          "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                             "nodeSelectorTerms": [allowed]}}},
+                             "nodeSelectorTerms": allowed}}},
                          "containers": [{"name": "main", "image": "busybox", "resources": {"limits": resources}}]}}}}
     testbed.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
 
@@ -237,7 +238,7 @@ def test_an_order_that_strands_nothing_is_chosen_and_every_evicted_pod_runs_agai
                          [whole, sliced] if whole < sliced else [sliced, whole])
     assert "%s: 2 of 2 evicted pods running again: 2 on %s" % (whole, spare) in lines
     assert "%s: 4 of 4 evicted pods running again: 4 on %s" % (sliced, whole) in lines
-    assert [line.split()[5] for line in lines[1:3]] == (["2/2", "4/4"] if whole < sliced else ["4/4", "2/2"])
+    assert [re.split(r"  +", line)[5] for line in lines[1:3]] == (["2/2", "4/4"] if whole < sliced else ["4/4", "2/2"])
 
 
 def test_pods_still_pending_are_listed_with_the_scheduler_reason_and_bare_pods_as_not_recreated(
