@@ -209,7 +209,8 @@ def test_an_order_that_strands_nothing_is_chosen_and_every_evicted_pod_runs_agai
     room = free_outside(testbed, [whole, sliced], SLICE)
     assert room < 4, "this shared cluster has %d 1g.10gb slices free outside the test's nodes" % room
     variables = dict(rollout_vars(unique_name("lock"), mig_reconfigure_allow_unschedulable=False,
-                                  mig_reconfigure_max_unavailable=1), profile="all-1g.10gb", nodes="%s,%s" % (sliced, whole))
+                                  mig_reconfigure_max_unavailable=1, mig_reconfigure_follow_timeout=60),
+                     profile="all-1g.10gb", nodes="%s,%s" % (sliced, whole))
 
     plan = runner.playbook(PLAYBOOK, [whole, sliced], variables, check=True)
     assert plan.rc == 0, plan.explain()
