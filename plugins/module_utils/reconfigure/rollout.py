@@ -111,8 +111,8 @@ class Context(object):
     def drainer(self, ops, node_name):
         o = self.options
         return RecordingDrainer(ops, node_name, pod_scope=o["pod_scope"], force=o["force"],
-                           delete_emptydir_data=o["delete_emptydir_data"], grace_period=o["grace_period"],
-                           retry_delay=o["eviction_retry_delay"])
+                                delete_emptydir_data=o["delete_emptydir_data"], grace_period=o["grace_period"],
+                                retry_delay=o["eviction_retry_delay"])
 
 
 def plan_one(ctx, ops, node_name, target, hardware=None):

@@ -129,5 +129,5 @@ def test_the_search_is_bounded_and_says_so():
     assert "search stopped at its bound, 62 node starts simulated" in ordering.order_note(bounded)
     full = ordering.choose_order(plans, nodes, pods, names, window=1)
     assert not full["feasible"] and not full["exhausted"] and full["starts"] == 12 + 12 + 12 * 11
-    assert bounded["given_strands"] == full["given_strands"] == {"node": "n01", "pods": [{"pod": "w/g01",
-                                                                                           "asks": {GPU: 1}}]}
+    strand = {"node": "n01", "pods": [{"pod": "w/g01", "asks": {GPU: 1}}]}
+    assert bounded["given_strands"] == full["given_strands"] == strand
