@@ -465,7 +465,7 @@ held_nodes:
   type: list
   elements: str
 rows:
-  description: One result per node, in O(nodes) order.
+  description: One result per node, in the order the nodes were started (RV(order)); that is O(nodes) order unless RV(order_note) says otherwise.
   returned: phase=apply or release, not check mode
   type: list
   elements: dict
