@@ -40,6 +40,7 @@ BUILD_SCRIPT = REPO_ROOT / "tests" / "testbed" / "build.sh"
 DEFAULT_DIR = REPO_ROOT / ".testbed"
 DEFAULT_NAME = "gpufleet"
 DEFAULT_TIMEOUT = 120.0
+KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "kwokctl", "helm")
 # Start order; the readiness wait reports the first one that is not healthy.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
@@ -184,7 +185,8 @@ class Cluster:
         }
         options.update(ports)
         config = {"kind": "KwokctlConfiguration", "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "options": options}
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        # kwok's default Stages, except that a node whose simulated kubelet is stopped stays NotReady (see the file)
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False) + "---\n" + KWOK_STAGES.read_text())
         return ports
 
     def ports(self):

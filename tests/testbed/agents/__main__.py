@@ -32,6 +32,8 @@ def _parser():
         cmd.add_argument("--reboot-seconds", type=float, default=3.0, help="NotReady time of a simulated reboot")
         cmd.add_argument("--pod-wait-seconds", type=float, default=300.0,
                          help="how long MIG Manager waits for operand pods to go")
+        cmd.add_argument("--host-clients-seconds", type=float, default=30.0,
+                         help="pause after stopping host GPU clients and kubelet for a mode change (upstream 30 s)")
         cmd.add_argument("--rescan-seconds", type=float, default=2.0,
                          help="how often GFD/device plugin re-read the hardware")
         cmd.add_argument("--nvml-lib-dir", help="directory of the simulated libnvidia-ml.so.1 "
@@ -59,7 +61,7 @@ def run(args):
     configure_logging(args.verbose)
     timing = Timing(apply_seconds=args.apply_seconds, slow_seconds=args.slow_seconds,
                     reboot_seconds=args.reboot_seconds, pod_wait_seconds=args.pod_wait_seconds,
-                    rescan_seconds=args.rescan_seconds)
+                    rescan_seconds=args.rescan_seconds, host_clients_seconds=args.host_clients_seconds)
     agents = Agents(args.kubeconfig, args.hosts_dir, args.namespace, timing,
                     gfd_binary=args.gfd_binary, nvml_lib_dir=args.nvml_lib_dir)
     signal.signal(signal.SIGTERM, lambda *_: agents.stop())

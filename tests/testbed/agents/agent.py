@@ -25,14 +25,18 @@ from tests.testbed import oracle
 from tests.testbed.agents import hardware, metrics, operands
 from tests.testbed.agents.kube import (LOG, Cache,
                                        api_client, ignore_missing)
-from tests.testbed.agents.migmanager import CONFIG_LABEL, MigManager
+from tests.testbed.agents.migmanager import CONFIG_LABEL, KUBELET_STOPPED_ANNOTATION, MigManager
 from tests.testbed.gpusim import hoststate
 
 STATE_ANNOTATION = "gpusim.gpufleet.io/state"
 FAULT_ANNOTATION = "gpusim.gpufleet.io/fault"
 METRICS_ANNOTATION = "gpusim.gpufleet.io/metrics-url"
 PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-FAULTS = ("fail", "fail-once", "wedge-pending", "wedge-once", "slow", "reset-unsupported", "gpu-held")
+# slow-start: MIG Manager acts on a label change only after Timing.slow_seconds; stale-plugin: the device plugin
+# keeps advertising what it did (allocatable does not follow the hardware); kubelet-not-ready: after a host-client
+# shutdown kubelet comes back but the node stays NotReady until the fault is cleared.
+FAULTS = ("fail", "fail-once", "wedge-pending", "wedge-once", "slow", "reset-unsupported", "gpu-held", "slow-start",
+          "stale-plugin", "kubelet-not-ready")
 
 
 @dataclasses.dataclass
@@ -42,6 +46,7 @@ class Timing:
     reboot_seconds: float = 3.0     # node NotReady during a simulated reboot
     pod_wait_seconds: float = 300.0  # MIG Manager's wait for operand pods to go (upstream: 5 min)
     rescan_seconds: float = 2.0     # how often GFD/the device plugin look at the hardware again
+    host_clients_seconds: float = 30.0  # MIG Manager's sleep after stopping host clients and kubelet (upstream 30 s)
 
 
 class Agents:
@@ -150,6 +155,7 @@ class Agents:
         if path is None or not path.exists():
             return
         self.sync_sim_faults(node, path)
+        self.sync_kubelet(name, node)
         host = hardware.read_host(path)
         labels = dict(node["metadata"].get("labels") or {})
         patch = {}
@@ -221,6 +227,8 @@ class Agents:
 
     def device_plugin(self, name, node, host, shared):
         """Node capacity/allocatable of GPU resources, as kubelet shows what the plugin advertises (§6.3)."""
+        if "stale-plugin" in self.faults(node) or self.kubelet_stopped(node):
+            return  # the plugin does not re-advertise / no kubelet posts the node's status
         status = node.get("status") or {}
         current = {k: v for k, v in (status.get("allocatable") or {}).items() if operands.is_gpu_resource(k)}
         current_cap = {k: v for k, v in (status.get("capacity") or {}).items() if operands.is_gpu_resource(k)}
@@ -299,6 +307,44 @@ class Agents:
                              "reason": "KubeletReady" if ready else "KubeletNotReady"})
             conditions.append(cond)
         self.cache.core.patch_node_status(name, {"status": {"conditions": conditions}})
+
+    @staticmethod
+    def kubelet_stopped(node):
+        return KUBELET_STOPPED_ANNOTATION in (node.get("metadata", {}).get("annotations") or {})
+
+    def stop_kubelet(self, name, message):
+        """kubelet.service stopped: the node reports NotReady (kwok leaves it so while annotated, kwok-stages.yaml)."""
+        self.cache.core.patch_node(name, {"metadata": {"annotations": {KUBELET_STOPPED_ANNOTATION: "true"}}})
+        self.set_node_ready(name, False, message)
+
+    def start_kubelet(self, name):
+        self.set_node_ready(name, True, "kubelet is posting ready status")
+        self.cache.core.patch_node(name, {"metadata": {"annotations": {KUBELET_STOPPED_ANNOTATION: None}}})
+
+    def sync_kubelet(self, name, node):
+        """A node left NotReady by fault kubelet-not-ready gets Ready once the fault is cleared."""
+        manager = self.managers.get(name)
+        if (self.kubelet_stopped(node) and "kubelet-not-ready" not in self.faults(node)
+                and manager is not None and not manager.busy):
+            self.start_kubelet(name)
+
+    def pod_event(self, pod_uid, reason, message):
+        """A Warning event on a pod, as kubelet posts them (e.g. FailedMount)."""
+        pod = next((p for p in list(self.cache.pods.values()) if p["metadata"]["uid"] == pod_uid), None)
+        if pod is None:
+            return
+        meta = pod["metadata"]
+        now = datetime.datetime.now(datetime.timezone.utc)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name="%s." % meta["name"], namespace=meta["namespace"]),
+            involved_object=client.V1ObjectReference(kind="Pod", name=meta["name"], namespace=meta["namespace"],
+                                                     uid=pod_uid, api_version="v1"),
+            reason=reason, message=message, type="Warning", first_timestamp=now, last_timestamp=now, count=1,
+            source=client.V1EventSource(component="kubelet", host=(pod.get("spec") or {}).get("nodeName")))
+        try:
+            self.cache.core.create_namespaced_event(meta["namespace"], event)
+        except ApiException as err:
+            LOG.warning("event for pod %s: %s", meta["name"], err.reason)
 
     def node_event(self, name, reason, message, kind="Normal"):
         now = datetime.datetime.now(datetime.timezone.utc)

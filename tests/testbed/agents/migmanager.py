@@ -26,6 +26,12 @@ PAUSABLE = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "
 OPERAND_APPS = ("nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-dcgm")
 VALIDATOR_APPS = ("nvidia-cuda-validator", "nvidia-device-plugin-validator")
 REBOOTING_ANNOTATION = "gpusim.gpufleet.io/rebooting"
+# kubelet.service stopped on the simulated host: kwok leaves such a node NotReady (tests/testbed/kwok-stages.yaml).
+KUBELET_STOPPED_ANNOTATION = "gpusim.gpufleet.io/kubelet-stopped"
+# The node's driver is installed on the host (the validator's IS_HOST_DRIVER=true): MIG Manager's entrypoint then
+# exports WITH_SHUTDOWN_HOST_GPU_CLIENTS=true (gpu-operator assets/state-mig-manager/0420_configmap.yaml).
+HOST_DRIVER_ANNOTATION = "gpusim.gpufleet.io/host-driver"
+CLIENT_DEPLOY_LABEL = "nvidia.com/gpu.deploy.client"
 GENERATED_CM_LABELS = {"app.kubernetes.io/component": "nvidia-mig-manager"}
 
 
@@ -56,12 +62,21 @@ class MigManager:
         self.busy = False
         self.failed_once = False   # fault fail-once: whether the transient failure has happened
         self.wedged_once = False   # fault wedge-once: likewise for the transient wedge
+        self.mounted = None        # (pod uid, config name, text): the custom ConfigMap as mounted into the pod
+        self.not_started = None    # pod uid whose container cannot start (its custom ConfigMap is missing)
+        self.host_stopped = False  # host GPU clients (and maybe kubelet) stopped by the current run
         self.thread = threading.Thread(target=self._loop, daemon=True, name="mig-manager-" + node)
         self.thread.start()
 
     # -- informer side ---------------------------------------------------------------------
     def observe(self, pod_uid, value):
-        """Called on every node/pod change while the mig-manager pod runs on the node (MP main.go §3.4)."""
+        """Called on every node/pod change while the mig-manager pod runs on the node (MP main.go §3.4).
+
+        The container starts only once kubelet can mount its volumes: with spec.migManager.config.name naming a
+        ConfigMap that does not exist, the pod stays in ContainerCreating (FailedMount) and MIG Manager never
+        runs, so no state is ever set (kubelet retries the mount: it starts once the ConfigMap appears)."""
+        if pod_uid != self.pod_uid and not self.mount_config(pod_uid):
+            return
         if pod_uid != self.pod_uid:
             self.pod_uid = pod_uid
             self.config_source = None
@@ -73,6 +88,32 @@ class MigManager:
             self.seen = value
             if value:  # Set("") does not wake the loop: no label, no action
                 self._request(value)
+
+    def mount_config(self, pod_uid):
+        """Mount the custom ConfigMap, as kubelet does before the container starts; False when it cannot."""
+        name = self.custom_config_name()
+        if not name:
+            self.mounted = (pod_uid, "", None)
+            return True
+        cm = ignore_missing(self.cache.core.read_namespaced_config_map, name, self.agents.namespace)
+        if cm is None:
+            if self.not_started != pod_uid:
+                self.not_started = pod_uid
+                self.agents.pod_event(pod_uid, "FailedMount", 'MountVolume.SetUp failed for volume "mig-parted-config" : '
+                                      'configmap "%s" not found' % name)
+                LOG.info("[%s] mig-manager pod cannot start: ConfigMap %s/%s not found", self.node, self.agents.namespace, name)
+            return False
+        self.not_started = None
+        self.mounted = (pod_uid, name, (cm.data or {}).get("config.yaml"))
+        return True
+
+    def custom_config_name(self):
+        spec = self.cache.policy_spec().get("migManager") or {}
+        name = (spec.get("config") or {}).get("name") or ""
+        # v26.7.0 (the production pin, modelled here) leaves config.name empty for "generate from the
+        # hardware"; the v25.3.4 CRD the testbed's real controller comes with defaults an empty name to
+        # the operator's own default-mig-parted-config. Both mean: no custom config.
+        return "" if name == DEFAULT_CONFIG_MAP else name
 
     def _request(self, value):
         self.requested = value
@@ -156,28 +197,30 @@ class MigManager:
 
     def fail(self, message):
         self.log(message, level="error")
+        self.restart_host_clients()  # setState restarts what was stopped on the host first
         self.restore_operands()
         self.set_state("failed")
 
     def finish_unchanged(self):
-        """Already applied: success; deploy labels a wedged run left paused are set back (setState)."""
-        if any(self.labels().get(k) == PAUSED for k in self.deploy_keys()):
-            self.restore_operands()
+        """Already applied: setState(success), which sets every pausable deploy label to "true" (a "false" one
+        stays "false"), also ones the node did not have, such as gpu.deploy.nvsm (MP reconfigure.go setState)."""
+        self.restore_operands()
         self.set_state("success")
 
     # -- config source (MP main.go setupMigConfig, §3.2) -----------------------------------
     def load_configs(self, host):
-        spec = self.cache.policy_spec().get("migManager") or {}
-        name = (spec.get("config") or {}).get("name") or ""
+        name = self.custom_config_name()
         core, ns = self.cache.core, self.agents.namespace
-        # v26.7.0 (the production pin, modelled here) leaves config.name empty for "generate from the
-        # hardware"; the v25.3.4 CRD the testbed's real controller comes with defaults an empty name to
-        # the operator's own default-mig-parted-config. Both mean: no custom config.
-        if name and name != DEFAULT_CONFIG_MAP:
+        if name:
+            # The mounted file: kubelet keeps it in sync with the ConfigMap, and keeps the last content when the
+            # ConfigMap is deleted under a running pod.
             cm = ignore_missing(core.read_namespaced_config_map, name, ns)
-            if cm is None or "config.yaml" not in (cm.data or {}):
+            if cm is not None:
+                self.mounted = (self.pod_uid, name, (cm.data or {}).get("config.yaml"))
+            text = self.mounted[2] if self.mounted and self.mounted[1] == name else None
+            if text is None:
                 raise ReconfigureFailed("error reading MIG config file: ConfigMap %s/%s has no key config.yaml" % (ns, name))
-            return migconfig.parse(cm.data["config.yaml"], "ConfigMap %s/%s" % (ns, name))
+            return migconfig.parse(text, "ConfigMap %s/%s" % (ns, name))
         try:
             generated = migconfig.generate(host.gpus)
         except migconfig.NoProfilesDiscovered as err:
@@ -230,21 +273,16 @@ class MigManager:
         return [p for p in self.cache.pods_on(self.node) if p["metadata"].get("namespace") == ns
                 and (p["metadata"].get("labels") or {}).get("app") in OPERAND_APPS]
 
-    def gpu_pods_on_node(self):
-        """Non-operand pods on the node that requested a GPU and have not finished."""
-        found = []
-        for pod in self.cache.pods_on(self.node):
-            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            if pod["metadata"].get("namespace") == self.agents.namespace:
-                continue
-            for container in pod.get("spec", {}).get("containers", []):
-                resources = container.get("resources") or {}
-                asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-                if any(self.agents.is_gpu_resource(k) and str(v) not in ("0", "") for k, v in asked.items()):
-                    found.append("%s/%s" % (pod["metadata"]["namespace"], pod["metadata"]["name"]))
-                    break
-        return found
+    def client_pods_on_node(self):
+        """Pods, in any namespace, of DaemonSets whose nodeSelector has nvidia.com/gpu.deploy.client: MIG Manager
+        waits for them to go too (reference §3.6 step 8). It does not look at other pods: a user pod holding a GPU
+        is not refused here, the busy GPU makes the change fail."""
+        return [p for p in self.cache.pods_on(self.node)
+                if CLIENT_DEPLOY_LABEL in ((p.get("spec") or {}).get("nodeSelector") or {})
+                and any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences") or [])]
+
+    def pods_to_wait_for(self):
+        return self.operand_pods_on_node() + self.client_pods_on_node()
 
     def delete_node_pods(self, app):
         for pod in self.cache.pods_on(self.node):
@@ -271,6 +309,8 @@ class MigManager:
     def _run(self, value, state_file):
         timing = self.agents.timing
         faults = self.faults()
+        if "slow-start" in faults:  # a MIG Manager slow to act on the label (busy node, slow informer)
+            time.sleep(timing.slow_seconds)
         host = hardware.read_host(state_file)
         try:
             configs = self.load_configs(host)
@@ -295,14 +335,14 @@ class MigManager:
             raise Wedged("Timed out waiting for GPU clients to shut down (simulated transient wedge; "
                          "state stays pending, operands stay paused)")
         self.log("Waiting for operand pods to be deleted from the node")
-        if not self.wait_for(lambda: not self.operand_pods_on_node(), timing.pod_wait_seconds):
-            left = ", ".join(p["metadata"]["name"] for p in self.operand_pods_on_node())
-            raise ReconfigureFailed("Timed out waiting for operand pods to be deleted: %s" % left)
+        if not self.wait_for(lambda: not self.pods_to_wait_for(), timing.pod_wait_seconds):
+            # v0.15 returns here without setState: state stays pending, operands stay paused (fixed after
+            # v0.15.0 by NVIDIA/mig-parted PR #484)
+            left = ", ".join("%s/%s" % (p["metadata"]["namespace"], p["metadata"]["name"]) for p in self.pods_to_wait_for())
+            raise Wedged("failed to wait for pods to be deleted: timed out waiting for %s" % left)
         for app in VALIDATOR_APPS:
             self.delete_node_pods(app)
-        holders = self.gpu_pods_on_node()
-        if holders:
-            raise ReconfigureFailed("GPUs on node %s are in use by pods: %s" % (self.node, ", ".join(holders)))
+        self.shutdown_host_clients(mode_change)
         host = hardware.read_host(state_file)
         busy = [g.index for g in host.gpus if g.index in plan and g.processes]
         if "gpu-held" in faults and not busy:
@@ -312,6 +352,12 @@ class MigManager:
                                     % ", ".join(str(i) for i in busy))
         if mode_change:
             self.change_mode(plan, state_file, faults)
+        host = hardware.read_host(state_file)
+        still = [g.index for g in host.gpus if g.index in plan and not plan[g.index][0] and g.mig_current]
+        if still:
+            # WITH_REBOOT unset: `apply` runs anyway and refuses (mig-parted cmd/nvidia-mig-parted/apply/config.go)
+            raise ReconfigureFailed("Error applying MIG configuration: GPU %s: MIG mode is currently enabled, but the "
+                                    "configuration specifies it should be disabled" % ", ".join(str(i) for i in still))
         self.log("Applying the selected MIG config to the node")
         if timing.apply_seconds:
             time.sleep(timing.apply_seconds)
@@ -336,11 +382,38 @@ class MigManager:
                 hardware.apply_mig_devices(state_file, index, wanted)
             except (migconfig.ConfigError, hardware.ApplyError) as err:
                 raise ReconfigureFailed("Error applying MIG configuration: %s" % err) from err
+        self.restart_host_clients()
         self.log("Restarting validator pod to re-run all validations")
         self.delete_node_pods("nvidia-operator-validator")
         self.restore_operands()
         self.set_state("success")
         self.log("Successfully updated to MIG config: %s" % value)
+
+    # -- host GPU clients (WITH_SHUTDOWN_HOST_GPU_CLIENTS, reference §3.6 step 9 and 13) ------------
+    def host_driver(self):
+        return (self.annotations().get(HOST_DRIVER_ANNOTATION) or "").lower() == "true"
+
+    def shutdown_host_clients(self, mode_change):
+        """With the driver on the host: stop the host's GPU client services and, when the MIG mode changes,
+        kubelet.service too (the node goes NotReady), then sleep 30 s upstream (Timing.host_clients_seconds)."""
+        if not self.host_driver():
+            return
+        self.log("Shutting down all GPU clients on the host by stopping their systemd services")
+        self.host_stopped = True
+        if mode_change:
+            self.log("Stopping kubelet.service on the host for the MIG mode change")
+            self.agents.stop_kubelet(self.node, "kubelet.service stopped by nvidia-mig-manager for a MIG mode change")
+            time.sleep(self.agents.timing.host_clients_seconds)
+
+    def restart_host_clients(self):
+        if not self.host_stopped:
+            return
+        self.host_stopped = False
+        self.log("Restarting all GPU clients previously shutdown on the host by restarting their systemd services")
+        if "kubelet-not-ready" in self.faults():
+            # kubelet.service started again, but the node does not get Ready (until the fault is cleared)
+            return
+        self.agents.start_kubelet(self.node)
 
     def change_mode(self, plan, state_file, faults):
         self.log("Applying the MIG mode change from the selected config to the node")
@@ -372,20 +445,20 @@ class MigManager:
             return
 
     def reboot(self, state_file):
-        """A host reboot: node NotReady for the reboot time, pending MIG modes apply, new boot id.
+        """A host reboot: node NotReady for the reboot time (kubelet down), pending MIG modes apply, new boot id.
 
-        kwok's node-initialize stage sets Ready=True again at once, so the reboot is also marked by
-        annotation REBOOTING_ANNOTATION while it lasts, a new status.nodeInfo.bootID and the
+        Marked also by annotation REBOOTING_ANNOTATION while it lasts, a new status.nodeInfo.bootID and the
         `Rebooted` node event kubelet emits after a boot-id change.
         """
         self.log("Rebooting node %s" % self.node)
+        self.host_stopped = False  # everything on the host comes back with the boot
         self.cache.core.patch_node(self.node, {"metadata": {"annotations": {REBOOTING_ANNOTATION: "true"}}})
-        self.agents.set_node_ready(self.node, False, "simulated reboot by nvidia-mig-manager")
+        self.agents.stop_kubelet(self.node, "simulated reboot by nvidia-mig-manager")
         summary = hoststate.reboot(state_file)
         time.sleep(self.agents.timing.reboot_seconds)
         boot_id = str(uuid.uuid4())
         self.cache.core.patch_node_status(self.node, {"status": {"nodeInfo": {"bootID": boot_id}}})
         self.agents.node_event(self.node, "Rebooted", "Node %s has been rebooted, boot id: %s (simulated boot %d)"
                                % (self.node, boot_id, summary["boot"]), "Warning")
-        self.agents.set_node_ready(self.node, True, "kubelet is posting ready status")
+        self.agents.start_kubelet(self.node)
         self.cache.core.patch_node(self.node, {"metadata": {"annotations": {REBOOTING_ANNOTATION: None}}})

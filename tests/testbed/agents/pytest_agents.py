@@ -34,7 +34,8 @@ RELEASE = "gpu-operator"
 GPU_CLUSTER_VALUES = {"mig": {"strategy": "mixed"}, "driver": {"enabled": False}, "toolkit": {"enabled": False},
                       "migManager": {"config": {"name": "", "default": "all-disabled"}}}
 # Short simulated durations so protocol tests stay quick; real ones are minutes.
-TEST_TIMING = ["--reboot-seconds", "2", "--slow-seconds", "4", "--pod-wait-seconds", "60", "--rescan-seconds", "1"]
+TEST_TIMING = ["--reboot-seconds", "2", "--slow-seconds", "4", "--pod-wait-seconds", "20", "--rescan-seconds", "1",
+               "--host-clients-seconds", "3"]
 
 
 def nvml_lib_dir():
