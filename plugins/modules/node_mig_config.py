@@ -328,8 +328,9 @@ def step_or_fail(module, ctx, ops, name, target, plan, result, retrigger=False):
     result.update(states=step["states"], final_state=step["final"], rebooted=step["rebooted"])
     if step["final"] != "success":
         result["diagnostics"] = node_step.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])
-        module.fail_json(msg="node %s: MIG config %s ended %s (states seen: %s)" % (
-            name, target, step["final"], ", ".join(step["states"]) or "none"), **result)
+        module.fail_json(msg="node %s: MIG config %s ended %s (states seen: %s)%s" % (
+            name, target, step["final"], ", ".join(step["states"]) or "none",
+            "; " + step["not_running"] if step.get("not_running") else ""), **result)
     result["mismatches"] = step["mismatches"]
     if step["mismatches"]:
         result["diagnostics"] = node_step.collect_diagnostics(ops, name, ctx.namespace, params["log_lines"])

@@ -165,12 +165,25 @@ def set_config_label(ops, node, target, check_mode=False):
 
 def follow_state(ops, node_name, target, deadline, node=None):
     """Watch the node until MIG Manager reports ``success`` (and, after ``rebooting``, the node is back and
-    Ready) or ``failed``. Returns {final, states, rebooted, node}; final is success|failed|timeout|changed."""
-    node = node or ops.get_node(node_name)
+    Ready) or ``failed``. Returns {final, states, rebooted, not_ready_seen, node}; final is
+    success|failed|timeout|changed|deleted. A node NotReady while MIG Manager works is expected (a reboot, or
+    kubelet stopped for a mode change with a host-installed driver: WITH_SHUTDOWN_HOST_GPU_CLIENTS in
+    NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go) and only recorded."""
+    try:
+        node = node or ops.get_node(node_name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return {"final": "deleted", "states": [], "rebooted": False, "not_ready_seen": False, "node": None}
     seen = []
-    flags = {"rebooted": False, "final": None}
+    flags = {"rebooted": False, "final": None, "not_ready_seen": False}
 
-    def done(obj):
+    def done(event_type, obj):
+        if event_type == "DELETED":
+            flags["final"] = "deleted"
+            return True
+        if not node_ready(obj):
+            flags["not_ready_seen"] = True
         labels = labels_of(obj)
         state = labels.get(MIG_STATE_LABEL)
         if state and (not seen or seen[-1] != state):
@@ -189,10 +202,63 @@ def follow_state(ops, node_name, target, deadline, node=None):
         return False
 
     try:
-        node = ops.watch_node(node_name, deadline, done, node)
+        if not done("ADDED", node):
+            node = ops.watch(ops.lister("/api/v1/nodes"), deadline, done, node,
+                             field_selector="metadata.name=%s" % node_name)
     except DeadlineExceeded as exc:
-        return {"final": "timeout", "states": seen, "rebooted": flags["rebooted"], "node": exc.last or node}
-    return {"final": flags["final"], "states": seen, "rebooted": flags["rebooted"], "node": node}
+        final = "timeout" if node_exists(ops, node_name) else "deleted"
+        return {"final": final, "states": seen, "rebooted": flags["rebooted"],
+                "not_ready_seen": flags["not_ready_seen"], "node": exc.last or node}
+    return {"final": flags["final"], "states": seen, "rebooted": flags["rebooted"],
+            "not_ready_seen": flags["not_ready_seen"], "node": None if flags["final"] == "deleted" else node}
+
+
+def node_exists(ops, node_name):
+    try:
+        ops.get_node(node_name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def not_ready_text(node):
+    """'node X is NotReady (reason: message)' from its Ready condition, or None when Ready."""
+    if node_ready(node):
+        return None
+    ready = [c for c in ((node.get("status") or {}).get("conditions") or []) if c.get("type") == "Ready"]
+    detail = ("Ready=%s, %s: %s" % (ready[0].get("status"), ready[0].get("reason"), ready[0].get("message"))
+              if ready else "no Ready condition")
+    return "node %s is NotReady (%s)" % ((node.get("metadata") or {}).get("name"), detail)
+
+
+def mig_manager_not_running(ops, node_name, namespace, policy=None):
+    """Why MIG Manager is not running on ``node_name``, or None when its pod runs there.
+
+    Its pod mounts the ConfigMap spec.migManager.config.name names: while that ConfigMap is missing kubelet cannot
+    start the container (FailedMount) and MIG Manager never sets a state (gpu-operator
+    assets/state-mig-manager/0600_daemonset.yaml; NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go)."""
+    if policy is None:
+        policy = active_cluster_policy(ops.list_cluster_policies())
+        namespace = operator_namespace(policy, namespace)
+    custom = custom_config_name(policy)
+    if custom and custom != "default-mig-parted-config" and ops.get_configmap(namespace, custom) is None:
+        return ("MIG Manager is not running on node %s: ClusterPolicy spec.migManager.config.name names ConfigMap "
+                "%s/%s, which does not exist, so its pod cannot mount its config and never starts (create the "
+                "ConfigMap or fix the name)" % (node_name, namespace, custom))
+    pods = [p for p in ops.list_pods_on_node(node_name, label_selector=MIG_MANAGER_SELECTOR).get("items") or []
+            if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    if not pods:
+        return "MIG Manager is not running on node %s: no nvidia-mig-manager pod there (%s=%s)" % (
+            node_name, deploy_label("mig-manager"), labels_of(ops.get_node(node_name)).get(deploy_label("mig-manager")))
+    status = pods[0].get("status") or {}
+    if status.get("phase") != "Running":
+        waiting = [((c.get("state") or {}).get("waiting") or {}).get("reason") for c in status.get("containerStatuses") or []]
+        return "MIG Manager is not running on node %s: pod %s is %s%s" % (
+            node_name, pod_ref(pods[0]), status.get("phase") or "unknown",
+            " (%s)" % ", ".join(w for w in waiting if w) if any(waiting) else "")
+    return None
 
 
 def node_mismatches(node, expected_resources, expected_labels):
@@ -214,7 +280,9 @@ def wait_verified(ops, node_name, expected_resources, expected_labels, deadline,
     last = {"problems": []}
 
     def done(obj):
-        last["problems"] = node_mismatches(obj, expected_resources, expected_labels)
+        # A NotReady node's allocatable is whatever kubelet posted last: not a verification.
+        last["problems"] = [p for p in [not_ready_text(obj)] if p] + node_mismatches(obj, expected_resources,
+                                                                                        expected_labels)
         return not last["problems"]
 
     try:
@@ -232,6 +300,8 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
         node = ops.get_node(node_name)
     except ApiException as exc:
         diagnostics["error"] = "cannot read node: HTTP %s" % exc.status
+        if exc.status == 404:
+            diagnostics.update(deleted=True, hints=["node %s no longer exists (deleted)" % node_name])
         return diagnostics
     diagnostics.update(mig_state(node))
     diagnostics["ready"] = node_ready(node)
@@ -268,8 +338,18 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
     if logs and all(text.startswith("(logs unavailable") for text in logs.values()):
         hints.append("MIG Manager logs could not be read through the API (kubectl logs -n %s %s)" % (
             namespace, ", ".join(sorted(logs))))
+    if diagnostics["state"] is None:
+        try:
+            not_running = mig_manager_not_running(ops, node_name, namespace)
+        except ApiException:
+            not_running = None
+        if not_running:
+            hints.append(not_running)
     if not logs:
         hints.append("no MIG Manager pod on %s (is %s=true?)" % (node_name, deploy_label("mig-manager")))
+    not_ready = not_ready_text(node)
+    if not_ready:
+        hints.append(not_ready)
     if diagnostics["paused_deploy_labels"]:
         hints.append("operands left paused (%s): un-wedge restores them and re-triggers MIG Manager"
                      % ", ".join(diagnostics["paused_deploy_labels"]))
@@ -350,11 +430,17 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
                "timings": {}}
     followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout)
     states = list(followed["states"])
-    if followed["final"] == "timeout" and unwedge_on_timeout:
+    not_ready_seen = followed["not_ready_seen"]
+    if followed["final"] == "timeout" and not states:
+        # MIG Manager never set a state for our label: say whether it runs at all there
+        outcome["not_running"] = mig_manager_not_running(ops, node_name, "gpu-operator")
+    if followed["final"] == "timeout" and unwedge_on_timeout and not outcome.get("not_running"):
         outcome["unwedged"] = unwedge(ops, node_name, target)
         followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout)
         states += followed["states"]
-    outcome.update(final=followed["final"], states=states, rebooted=followed["rebooted"], node=followed["node"])
+        not_ready_seen = not_ready_seen or followed["not_ready_seen"]
+    outcome.update(final=followed["final"], states=states, rebooted=followed["rebooted"], node=followed["node"],
+                   not_ready_seen=not_ready_seen)
     outcome["timings"]["apply_s"] = round(time.monotonic() - started, 3)
     if followed["final"] != "success":
         return outcome

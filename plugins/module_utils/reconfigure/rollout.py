@@ -261,9 +261,18 @@ def _fail(row, stage, message, ctx, ops, node_name, started):
     row.update({"result": "failed", "stage": stage, "message": message,
                 "duration_s": round(row.get("duration_s", 0.0) + time.monotonic() - started, 3)})
     row["diagnostics"] = node_step.collect_diagnostics(ops, node_name, ctx.namespace, ctx.options["log_lines"])
+    if row["diagnostics"].get("deleted"):
+        row["left_cordoned"] = False  # the Node object is gone: nothing of ours is left on it
+        row["after"] = None
+        return row
     row["left_cordoned"] = row["diagnostics"].get("unschedulable", True)
     row["after"] = row["diagnostics"].get("config")
     return row
+
+
+def _deleted_message(node_name, stage):
+    return ("node %s was deleted during the rollout (at step %s); nothing is left cordoned there and the rollout "
+            "halted: check why it went away before re-running" % (node_name, stage))
 
 
 def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None):
@@ -292,7 +301,8 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
             row["evicted"] = ["%s/%s" % (p["namespace"], p["name"]) for p in exc.result.get("evicted") or []]
             row["_evictions"] = drainer.evictions(exc.result.get("evicted") or [])
             row["blocked_by"] = exc.result.get("blocked_by")
-            return _fail(row, "drain", str(exc), ctx, ops, node_name, started)
+            message = str(exc) if node_step.node_exists(ops, node_name) else _deleted_message(node_name, "drain")
+            return _fail(row, "drain", message, ctx, ops, node_name, started)
         row["evicted"] = ["%s/%s" % (p["namespace"], p["name"]) for p in drained["evicted"]]
         row["_evictions"] = drainer.evictions(drained["evicted"])
         row["timings"]["drain_s"] = round(time.monotonic() - t0, 3)
@@ -302,14 +312,23 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
                                   unwedge_on_timeout=o["unwedge_on_timeout"], clear=not hold_cordon)
         row["states"] = step["states"]
         row["rebooted"] = step["rebooted"]
+        if step.get("not_ready_seen"):
+            row["not_ready_during_apply"] = True  # expected with a reboot or a host driver's kubelet stop
         if "unwedged" in step:
             row["unwedged"] = step["unwedged"]
         row["timings"].update(step["timings"])
+        if step["final"] == "deleted":
+            return _fail(row, "apply", _deleted_message(node_name, "apply"), ctx, ops, node_name, started)
         if step["final"] != "success":
+            now = node_step.labels_of(step["node"] or {}).get(node_step.MIG_CONFIG_LABEL)
             reason = {"failed": "MIG Manager reported failed",
-                      "timeout": "no success within %ss (state %s)" % (
-                          o["apply_timeout"], (step["states"] or ["unset"])[-1]),
-                      "changed": "someone else changed %s meanwhile" % node_step.MIG_CONFIG_LABEL}[step["final"]]
+                      "timeout": "no success within %ss (state %s)%s" % (
+                          o["apply_timeout"], (step["states"] or ["unset"])[-1],
+                          ": " + step["not_running"] if step.get("not_running") else ""),
+                      "changed": "someone else set %s=%s meanwhile; their change is kept, nothing is rolled back" % (
+                          node_step.MIG_CONFIG_LABEL, now)}[step["final"]]
+            if step["final"] == "changed":
+                row["changed_by_other"] = now
             row = _fail(row, "apply", "node %s: %s -> %s: %s; node left cordoned" % (
                 node_name, row["before"] or "unset", target, reason), ctx, ops, node_name, started)
             if o["rollback_on_failure"] and step["final"] != "changed":
@@ -327,6 +346,8 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         # 5. give the node back as we found it
         return _give_back(ctx, ops, node_name, target, row, started, "allocatable and GFD labels", step["node"])
     except ApiException as exc:
+        if exc.status == 404 and not node_step.node_exists(ops, node_name):
+            return _fail(row, "api", _deleted_message(node_name, "api"), ctx, ops, node_name, started)
         return _fail(row, "api", "node %s: Kubernetes API error HTTP %s %s" % (node_name, exc.status, exc.reason),
                      ctx, ops, node_name, started)
 

@@ -115,6 +115,19 @@ class FakeMigManager(object):
     def delete_pod(self, namespace, name):
         self.calls.append("restart")
 
+    def lister(self, path):
+        return path
+
+    def watch(self, list_func, deadline, done, initial, **selectors):
+        """KubeOps.watch: done(event_type, node); nodes come from the script as watch_node plays it."""
+        return self.watch_node(selectors.get("field_selector"), deadline, lambda obj: done("MODIFIED", obj), initial)
+
+    def list_cluster_policies(self):
+        return []
+
+    def get_configmap(self, namespace, name):
+        return None
+
     def watch_node(self, name, deadline, done, initial):
         if done(initial):
             return initial
@@ -239,3 +252,60 @@ def test_without_replicas_a_shared_product_or_extra_shares_are_still_mismatches(
                                          {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
     assert "allocatable nvidia.com/gpu is 4, plan says 1" in problems
     assert any(p.startswith("GFD label nvidia.com/gpu.product") for p in problems)
+
+
+def test_a_deleted_node_ends_deleted_not_timeout():
+    ops = FakeMigManager(scripts=[["pending"]])
+
+    def watch(list_func, deadline, done, initial, **selectors):
+        assert not done("MODIFIED", copy.deepcopy(ops.node))
+        assert done("DELETED", copy.deepcopy(ops.node))
+        return copy.deepcopy(ops.node)
+
+    ops.watch = watch
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
+    assert step["final"] == "deleted" and step["node"] is None and not step["verified"]
+
+
+def test_not_ready_during_the_apply_is_ridden_through_and_recorded():
+    ops = FakeMigManager(scripts=[["pending", "success", {"nvidia.com/mig-1g.10gb": "7"}]])
+    original = ops.watch_node
+
+    def watch_node(name, deadline, done, initial):
+        if ops.node["metadata"]["labels"].get(STATE) is None:
+            ops.node["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]
+            assert not done(copy.deepcopy(ops.node))  # pending-free, NotReady: keep following
+            ops.node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        return original(name, deadline, done, initial)
+
+    ops.watch_node = watch_node
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
+    assert step["final"] == "success" and step["not_ready_seen"] is True and step["verified"]
+
+
+def test_a_not_ready_node_is_not_verified():
+    node = {"metadata": {"name": "n1", "labels": {"nvidia.com/mig.strategy": "mixed"}},
+            "status": {"allocatable": {"nvidia.com/mig-1g.10gb": "7"},
+                       "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                                       "message": "kubelet stopped"}]}}
+
+    class Ops(object):
+        def watch_node(self, name, deadline, done, initial):
+            assert not done(initial)
+            raise DeadlineExceeded("deadline", initial)
+
+    problems = node_step.wait_verified(Ops(), "n1", PLANNED["expected_resources"], PLANNED["expected_gfd_labels"], 0, node)
+    assert problems == ["node n1 is NotReady (Ready=False, KubeletNotReady: kubelet stopped)"]
+
+
+def test_mig_manager_not_running_names_the_missing_configmap_or_the_missing_pod():
+    ops = FakeMigManager()
+    policy = {"spec": {"migManager": {"config": {"name": "custom-mig"}}}}
+    text = node_step.mig_manager_not_running(ops, "n1", "gpu-operator", policy)
+    assert "MIG Manager is not running on node n1" in text and "ConfigMap gpu-operator/custom-mig, which does not exist" in text
+    ops.list_pods_on_node = lambda name, label_selector=None: {"items": []}
+    text = node_step.mig_manager_not_running(ops, "n1", "gpu-operator", {"spec": {}})
+    assert text == "MIG Manager is not running on node n1: no nvidia-mig-manager pod there (nvidia.com/gpu.deploy.mig-manager=None)"
+    ops.list_pods_on_node = lambda name, label_selector=None: {"items": [
+        {"metadata": {"namespace": "gpu-operator", "name": "m"}, "status": {"phase": "Running"}}]}
+    assert node_step.mig_manager_not_running(ops, "n1", "gpu-operator", {"spec": {}}) is None
