@@ -9,7 +9,7 @@ import time
 import pytest
 from kubernetes import client, watch
 
-from tests.integration.agents.test_protocol import CONFIG, DP, PAUSABLE, PAUSED, STATE, mig_modes, ready_node
+from tests.integration.agents.test_protocol import CONFIG, DP, PAUSABLE, PAUSED, STATE, in_order, mig_modes, ready_node
 from tests.testbed.agents.migmanager import HOST_DRIVER_ANNOTATION, KUBELET_STOPPED_ANNOTATION
 from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES
 from tests.testbed.gpusim import hoststate
@@ -155,8 +155,7 @@ def test_host_driver_mode_change_stops_kubelet_then_restarts_it(gpu_cluster, add
     with ready_history(testbed, name) as seen:
         gpu_cluster.label(name, CONFIG, "all-1g.18gb")
         gpu_cluster.wait_labels(name, {STATE: "success", "nvidia.com/mig-1g.18gb.count": "7"}, timeout=90)
-    assert ("pending", "False") in seen, seen
-    assert seen.index(("pending", "False")) < seen.index(("success", "True")), seen
+    assert in_order(seen, [("pending", "True"), ("pending", "False"), ("pending", "True"), ("success", "True")]), seen
     assert ("success", "False") not in seen, seen
     log = gpu_cluster.mig_manager_log(name)
     assert "Stopping kubelet.service" in log and "Restarting all GPU clients previously shutdown on the host" in log
