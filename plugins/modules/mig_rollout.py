@@ -613,9 +613,19 @@ rows:
       returned: when result is failed
       type: str
     left_cordoned:
-      description: Whether the failed node is left cordoned.
+      description: Whether the failed node is left cordoned (V(false) for a node deleted during the rollout).
       returned: when result is failed
       type: bool
+    not_ready_during_apply:
+      description:
+        - The node was NotReady while MIG Manager worked (a reboot, or kubelet stopped for a MIG mode change with a
+          host-installed driver); expected, not a failure. A node still NotReady after the apply is not verified.
+      returned: when the node was NotReady during the apply
+      type: bool
+    changed_by_other:
+      description: The C(nvidia.com/mig.config) value someone else set while the node was being changed (kept as is).
+      returned: when someone else changed the label mid-rollout
+      type: str
     blocked_by:
       description: Budgets (namespace/name) that refused evictions until the drain's deadline.
       returned: when the drain failed
@@ -681,9 +691,13 @@ rows:
           returned: always
           type: str
         error:
-          description: Why the node could not be read (then no other key but RV(rows[].diagnostics.node) is set).
+          description: Why the node could not be read (then only RV(rows[].diagnostics.node), RV(rows[].diagnostics.deleted) and RV(rows[].diagnostics.hints) may be set).
           returned: when the node could not be read
           type: str
+        deleted:
+          description: The node no longer exists (it was deleted); RV(rows[].diagnostics.hints) says so.
+          returned: when the node was deleted
+          type: bool
         config:
           description: The node's C(nvidia.com/mig.config) label.
           returned: when the node was read

@@ -240,9 +240,13 @@ diagnostics:
       returned: always
       type: str
     error:
-      description: Why the node could not be read (then no other key but RV(diagnostics.node) is set).
+      description: Why the node could not be read (then only RV(diagnostics.node), RV(diagnostics.deleted) and RV(diagnostics.hints) may be set).
       returned: when the node could not be read
       type: str
+    deleted:
+      description: The node no longer exists (it was deleted); RV(diagnostics.hints) says so.
+      returned: when the node was deleted
+      type: bool
     config:
       description: The node's C(nvidia.com/mig.config) label.
       returned: when the node was read
