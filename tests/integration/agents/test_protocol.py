@@ -604,9 +604,14 @@ def test_operator_owned_labels_are_written_by_nvidias_controller_only(gpu_cluste
     name = ready_node(gpu_cluster, add_gpu_node, "owners", "H200", 1)
     labels = gpu_cluster.labels(name)
     writers = label_writers(gpu_cluster.testbed, name)
-    owned = ["nvidia.com/gpu.present", CONFIG] + sorted(k for k in labels if k.startswith("nvidia.com/gpu.deploy."))
+    # gpu.deploy.nvsm is not the controller's: MIG Manager's setState writes it ("true") with the other pausable
+    # labels even where the node had none (mig-parted v0.15 reconfigure.go maybeSetTrue)
+    nvsm = "nvidia.com/gpu.deploy.nvsm"
+    owned = ["nvidia.com/gpu.present", CONFIG] + sorted(k for k in labels if k.startswith("nvidia.com/gpu.deploy.")
+                                                        and k != nvsm)
     assert len(owned) >= 8, labels
     for key in owned:
         assert writers.get(key) == {"gpu-operator"}, (key, writers.get(key))
+    assert labels[nvsm] == "true" and "gpu-operator" not in writers[nvsm]
     # and GFD's labels come from the simulated GFD (the agents process), not from the controller
     assert "gpu-operator" not in writers["nvidia.com/gpu.product"]
