@@ -691,7 +691,9 @@ rows:
           returned: always
           type: str
         error:
-          description: Why the node could not be read (then only RV(rows[].diagnostics.node), RV(rows[].diagnostics.deleted) and RV(rows[].diagnostics.hints) may be set).
+          description:
+            - Why the node could not be read (then only RV(rows[].diagnostics.node), RV(rows[].diagnostics.deleted)
+              and RV(rows[].diagnostics.hints) may be set).
           returned: when the node could not be read
           type: str
         deleted:

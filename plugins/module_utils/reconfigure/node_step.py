@@ -281,8 +281,8 @@ def wait_verified(ops, node_name, expected_resources, expected_labels, deadline,
 
     def done(obj):
         # A NotReady node's allocatable is whatever kubelet posted last: not a verification.
-        last["problems"] = [p for p in [not_ready_text(obj)] if p] + node_mismatches(obj, expected_resources,
-                                                                                        expected_labels)
+        not_ready = not_ready_text(obj)
+        last["problems"] = ([not_ready] if not_ready else []) + node_mismatches(obj, expected_resources, expected_labels)
         return not last["problems"]
 
     try:

@@ -43,8 +43,8 @@ def two_nodes(add_gpu_node, testbed, hint, faults):
 def test_node_deleted_mid_rollout_ends_reported_and_touches_no_other_node(testbed, gpu_cluster, add_gpu_node, runner):
     node, other = two_nodes(add_gpu_node, testbed, "rf-deleted", ["slow"])
     untouched = node_view(testbed, other)
-    proc = start(runner, [node, other], dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb",
-                                            mig_reconfigure_nodes=[node, other]))
+    variables = dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb", mig_reconfigure_nodes=[node, other])
+    proc = start(runner, [node, other], variables)
     try:
         testbed.wait_for(lambda: node_view(testbed, node)["labels"].get(STATE) == "pending", 120, "pending")
         testbed.delete_node(node)
@@ -104,8 +104,8 @@ def test_not_ready_after_the_apply_fails_verification_then_a_rerun_converges(
 def test_admin_changing_the_label_mid_rollout_is_kept_and_reported(testbed, gpu_cluster, add_gpu_node, runner):
     node, other = two_nodes(add_gpu_node, testbed, "rf-admin", ["slow"])
     untouched = node_view(testbed, other)
-    proc = start(runner, [node, other], dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb",
-                                            mig_reconfigure_nodes=[node, other]))
+    variables = dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb", mig_reconfigure_nodes=[node, other])
+    proc = start(runner, [node, other], variables)
     try:
         testbed.wait_for(lambda: node_view(testbed, node)["labels"].get(STATE) == "pending", 120, "pending")
         testbed.core.patch_node(node, {"metadata": {"labels": {CONFIG: "all-balanced"}}})
