@@ -35,10 +35,10 @@ except ImportError:  # pragma: no cover - exercised only where the library is mi
         status = None
 
 try:
-    from urllib3.exceptions import ProtocolError
+    from urllib3.exceptions import MaxRetryError, ProtocolError
     from urllib3.util.retry import Retry
 except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
-    Retry = None
+    Retry = MaxRetryError = None
 
     class ProtocolError(Exception):  # type: ignore[no-redef]
         pass
@@ -159,9 +159,7 @@ def trace_calls(api_client):
         call = _call_name(method, url)
         _CALLS.call = _LAST_CALL["call"] = call
         try:
-            if str(method).upper() in WRITE_METHODS:
-                return retry_write(send, method, url, *args, **kwargs)
-            return send(method, url, *args, **kwargs)
+            return retry_after_restart(send, method, url, *args, **kwargs)
         except Exception as exc:
             if getattr(exc, "gpufleet_call", None) is None:
                 try:
@@ -275,6 +273,56 @@ def retry_write(send, method, url, *args, **kwargs):
                 response.read()  # free the connection for the next attempt
             except Exception:  # pylint: disable=broad-except
                 pass
+        time.sleep(delay)
+
+
+# An API server that has just come back answers 401/403 to requests it will allow a moment later, until its
+# authenticator and RBAC caches have synced (seen in the testbed after a kube-apiserver restart: "cannot list
+# resource nodes" for a ServiceAccount that may). Such an answer within RESTART_GRACE seconds after this process
+# last failed to reach the server is retried like a 503.
+RESTART_GRACE = 60.0
+_REACHABILITY = {"failed": None}
+
+
+def note_unreachable():
+    """Record that the API server could not be reached just now (a refused, reset or stalled connection)."""
+    _REACHABILITY["failed"] = time.monotonic()
+
+
+def just_restarted():
+    failed = _REACHABILITY["failed"]
+    return failed is not None and time.monotonic() - failed < RESTART_GRACE
+
+
+def retry_after_restart(send, method, url, *args, **kwargs):
+    """One request (writes through retry_write); a 401/403 shortly after the server was unreachable is tried
+    again within the retry window."""
+    window = retry_seconds()
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        try:
+            if str(method).upper() in WRITE_METHODS:
+                response = retry_write(send, method, url, *args, **kwargs)
+            else:
+                response = send(method, url, *args, **kwargs)
+        except (ProtocolError, OSError) + ((MaxRetryError,) if MaxRetryError is not None else ()):
+            note_unreachable()
+            raise
+        retries = getattr(getattr(response, "response", response), "retries", None)
+        if any(entry.error is not None for entry in getattr(retries, "history", None) or ()):
+            note_unreachable()  # urllib3 reconnected on the way: the server was down a moment ago
+        status = getattr(response, "status", None)
+        if status not in (401, 403) or not just_restarted():
+            return response
+        attempt += 1
+        delay = backoff(attempt)
+        if time.monotonic() - started + delay > window:
+            return response
+        try:
+            response.read()
+        except Exception:  # pylint: disable=broad-except
+            pass
         time.sleep(delay)
 
 

@@ -33,7 +33,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
     annotations_of,
     labels_of,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import connection_reason
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import api_reason, connection_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import facts, plan as mig_plan, resolve
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import verify as mig_verify
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
@@ -298,10 +298,15 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         progress["stage"] = "uncordon"
         return _give_back(ctx, ops, node_name, target, row, started, "allocatable and GFD labels", step["node"])
     except ApiException as exc:
-        return _fail(row, "api", "node %s: Kubernetes API error HTTP %s %s" % (node_name, exc.status, exc.reason),
-                     ctx, ops, node_name, started)
+        return _fail(row, "api", "node %s: Kubernetes API error %s" % (node_name, _api_error(exc)), ctx, ops, node_name, started)
     except WATCH_CONNECTION_ERRORS as exc:
         return _unreachable(row, progress["stage"], exc, ctx, ops, node_name, started)
+
+
+def _api_error(exc):
+    """``HTTP 403 Forbidden (PATCH /api/v1/nodes/n): <the server's message>`` on one line."""
+    call = getattr(exc, "gpufleet_call", None)
+    return "%s%s" % (api_reason(exc), " (%s)" % call if call else "") if getattr(exc, "status", None) else api_reason(exc)
 
 
 def _unreachable(row, stage, exc, ctx, ops, node_name, started):
@@ -359,8 +364,8 @@ def release_node(ctx, row, target, hardware=None):
         return _give_back(ctx, ops, row["node"], target, row, started,
                           "allocatable, GFD labels and hardware" if hardware else "allocatable and GFD labels")
     except ApiException as exc:
-        return _fail(row, "api", "node %s: Kubernetes API error HTTP %s %s" % (row["node"], exc.status, exc.reason),
-                     ctx, ops, row["node"], started)
+        return _fail(row, "api", "node %s: Kubernetes API error %s" % (row["node"], _api_error(exc)), ctx, ops, row["node"],
+                     started)
     except WATCH_CONNECTION_ERRORS as exc:
         return _unreachable(row, "release", exc, ctx, ops, row["node"], started)
 

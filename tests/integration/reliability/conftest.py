@@ -39,7 +39,10 @@ def testbed(tmp_path_factory):
 @pytest.fixture(scope="package")
 def gpu_agents(testbed, tmp_path_factory):
     agents = GpuAgents(testbed, tmp_path_factory.mktemp("reliability-gpu-hosts"))
-    agents.start()
+    # MIG Manager's wait for operand pods to go: after an API server restart kube-controller-manager is started
+    # again (it exits when it cannot renew its leader Lease) and takes a while to delete the paused DaemonSets'
+    # pods; the default test timing (60 s) is shorter than that, the real MIG Manager's wait longer.
+    agents.start(extra_args=("--pod-wait-seconds", "240"))
     try:
         yield agents
     finally:

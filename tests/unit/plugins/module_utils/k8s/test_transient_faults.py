@@ -317,3 +317,15 @@ def test_relisted_sees_objects_deleted_while_the_watch_was_down(ops):
     transport = Transport([WatchResp([{"type": "DELETED", "object": pod}], fault=reset)], ListResp([], 60))
     ops.watch(transport, time.monotonic() + 5, done, node(1), relisted=relisted)
     assert not waiting
+
+
+def test_forbidden_right_after_an_outage_is_retried_and_otherwise_not(monkeypatch):
+    """A kube-apiserver that has just restarted answers 403 until its RBAC cache has synced (seen in the testbed)."""
+    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "5")
+    monkeypatch.setitem(client._REACHABILITY, "failed", None)
+    send, calls = scripted_send([Resp(403), Resp(200)])
+    assert client.retry_after_restart(send, "GET", "https://h/api/v1/nodes").status == 403 and len(calls) == 1
+    client.note_unreachable()
+    send, calls = scripted_send([Resp(403), Resp(401), Resp(200)])
+    assert client.retry_after_restart(send, "GET", "https://h/api/v1/nodes").status == 200 and len(calls) == 3
+    monkeypatch.setitem(client._REACHABILITY, "failed", None)
