@@ -39,10 +39,11 @@ def testbed(tmp_path_factory):
 @pytest.fixture(scope="package")
 def gpu_agents(testbed, tmp_path_factory):
     agents = GpuAgents(testbed, tmp_path_factory.mktemp("reliability-gpu-hosts"))
-    # MIG Manager's wait for operand pods to go: after an API server restart kube-controller-manager is started
-    # again (it exits when it cannot renew its leader Lease) and takes a while to delete the paused DaemonSets'
-    # pods; the default test timing (60 s) is shorter than that, the real MIG Manager's wait longer.
-    agents.start(extra_args=("--pod-wait-seconds", "240"))
+    # The "slow" fault keeps a node 30 s in its hardware step (the outages of these tests fit inside it: the
+    # simulated MIG Manager, like mig-parted's script, gives up a step whose own API call fails); MIG Manager's
+    # wait for operand pods is longer than the default test timing, as after an API server restart
+    # kube-controller-manager is started again and takes a while to delete the paused DaemonSets' pods.
+    agents.start(extra_args=("--pod-wait-seconds", "240", "--slow-seconds", "30"))
     try:
         yield agents
     finally:
