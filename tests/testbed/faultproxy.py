@@ -12,7 +12,7 @@ real one. Rules (first match wins, each with an optional count) make it instead:
   (a half-open connection that never sends);
 - ``refuse()``: stop listening for some seconds (connection refused), then listen on the same port again.
 
-Every request is logged as (method, path with query, action) in ``.log``. Used by tests/integration/reliability/.
+Every request is logged as (method, path with query, action) in ``.log``. Used by tests/integration/reliability/control_plane/.
 """
 
 import contextlib
