@@ -185,7 +185,13 @@ class SmokeRun(object):
         results = []
         try:
             for plan in plans:
-                self.ops.create_pod(self.namespace, plan["manifest"])
+                try:
+                    self.ops.create_pod(self.namespace, plan["manifest"])
+                except ApiException as exc:
+                    # 409 AlreadyExists: our create was retried after its answer was lost (stale pods of
+                    # that name were deleted above, so the pod is this run's).
+                    if exc.status != 409:
+                        raise
             waiting = dict((plan["manifest"]["metadata"]["name"], plan) for plan in plans)
             while waiting:
                 for name in sorted(waiting):

@@ -828,7 +828,7 @@ import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, RequestCounter
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import CONNECTION_ERRORS, KubeModule, connection_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, capacity, ordering, rollout
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
     LeaseRenewer,
@@ -968,6 +968,8 @@ def roll(module):
                         lock_released = renewer.lock.release()[1]
                     except ApiException as exc:  # the rows matter more; the role releases it again
                         lock_released = "not released: %s" % api_error_message(exc)
+                    except CONNECTION_ERRORS as exc:
+                        lock_released = "not released: API server unreachable (%s)" % connection_reason(exc)
     except LockHeld as exc:
         module.fail_json(msg="nodes %s not started, nothing was changed: %s" % (", ".join(nodes), exc),
                          lock_holder=exc.lease.get("holder"), api_requests=dict(total=counter.total,

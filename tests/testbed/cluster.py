@@ -360,6 +360,97 @@ class Cluster:
             print("owner %d exited without stopping testbed %r; stopping it" % (owner_pid, self.name), flush=True)
             self.down()
 
+    # -- faults: one component stopped and started again -------------------------------------
+    def launch_info(self, component):
+        """How a running component was started: {component, argv, env, cwd} (for start_component)."""
+        pid = self.pid(component)
+        if pid is None or not pid_alive(pid):
+            raise TestbedError("testbed %r: %s is not running (pid %s)" % (self.name, component, pid))
+        proc = Path("/proc/%d" % pid)
+        try:
+            argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+            environ = dict(e.decode(errors="replace").split("=", 1)
+                           for e in (proc / "environ").read_bytes().split(b"\0") if b"=" in e)
+            cwd = os.readlink(str(proc / "cwd"))
+        except OSError as exc:
+            raise TestbedError("testbed %r: cannot read how %s (pid %d) was started: %s" % (self.name, component, pid, exc))
+        return {"component": component, "argv": argv, "env": environ, "cwd": cwd, "pid": pid}
+
+    def stop_component(self, component, timeout=30.0):
+        """Stop one component (``kube-apiserver``, ``etcd`` ...) as a crash or a restart would: SIGTERM, then
+        SIGKILL. Returns what ``start_component`` needs to start it again with the same command line,
+        working directory and environment (kwokctl has no per-component stop/start in the binary runtime)."""
+        if component not in COMPONENTS:
+            raise TestbedError("testbed %r: unknown component %s" % (self.name, component))
+        info = self.launch_info(component)
+        pid = info["pid"]
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid):
+            if time.monotonic() > deadline - timeout / 2:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                raise TestbedError("testbed %r: %s (pid %d) did not stop" % (self.name, component, pid))
+            time.sleep(0.1)
+        return info
+
+    def revive(self, launched, timeout=DEFAULT_TIMEOUT):
+        """Start again every component of ``launched`` ({component: launch_info}) whose process has exited, as
+        the kubelet restarts a crashed static pod: kube-controller-manager and kube-scheduler exit when they
+        cannot renew their leader Lease for 10 s (an API server outage). Returns the names started."""
+        revived = []
+        for component, info in launched.items():
+            pid = self.pid(component)
+            if pid is None or not pid_alive(pid):
+                self.start_component(info, timeout=timeout)
+                revived.append(component)
+        return revived
+
+    def settle(self, launched, seconds=15.0):
+        """``revive`` for ``seconds`` (a controller may exit a little after the API server is back)."""
+        revived = []
+        deadline = time.monotonic() + seconds
+        while True:
+            revived += self.revive(launched)
+            if time.monotonic() >= deadline:
+                return revived
+            time.sleep(1.0)
+
+    def start_component(self, stopped, timeout=DEFAULT_TIMEOUT):
+        """Start a component ``stop_component`` stopped, in its own session, logging where kwokctl's copy did,
+        and wait until it is healthy again. Returns seconds until healthy."""
+        started = time.monotonic()
+        component = stopped["component"]
+        with open(self.log_path(component), "ab") as log:
+            child = subprocess.Popen(stopped["argv"], cwd=stopped["cwd"], env=stopped["env"], stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=log, start_new_session=True)
+        (self.cluster_dir / "pids" / ("%s.pid" % component)).write_text("%d" % child.pid)
+        deadline = started + timeout
+        while True:
+            healthy, detail = self.component_health(component)
+            if healthy:
+                return time.monotonic() - started
+            if child.poll() is not None or time.monotonic() > deadline:
+                raise TestbedError("testbed %r: %s did not come back (%s): %s\nlast log lines:\n%s" % (
+                    self.name, component, "exited %s" % child.returncode if child.poll() is not None else "timeout",
+                    detail, self.log_tail(component)))
+            time.sleep(0.2)
+
+    @contextlib.contextmanager
+    def component_stopped(self, component):
+        """``with cluster.component_stopped("kube-apiserver"):`` the component is down inside the block; after it,
+        it runs again and so does every other component that exited meanwhile (``revive``), all healthy, also when
+        the block raises. The names revived are in the yielded dict's ``revived`` after the block."""
+        launched = dict((c, self.launch_info(c)) for c in COMPONENTS if c != component)
+        stopped = self.stop_component(component)
+        stopped["revived"] = []
+        try:
+            yield stopped
+        finally:
+            self.start_component(stopped)
+            stopped["revived"] = self.settle(launched)
+
     def down(self, timeout=30.0):
         """Stop every process of this cluster and remove its files; raise if any process survives."""
         if self.cluster_dir.exists():

@@ -22,6 +22,8 @@ import json
 import threading
 import time
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import RETRY_STATUSES, backoff, note_unreachable
+
 try:
     from kubernetes import client as k8s_client
     from kubernetes import watch as k8s_watch
@@ -31,8 +33,23 @@ except ImportError:  # pragma: no cover - k8s.client.require_kubernetes reports 
     k8s_watch = None
     ApiException = Exception
 
+try:
+    from urllib3.exceptions import HTTPError as Urllib3HTTPError
+except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
+    class Urllib3HTTPError(Exception):  # type: ignore[no-redef]
+        pass
+
 # A watch is re-opened at most this often (seconds), so a flapping connection cannot become a poll loop.
 WATCH_MIN_REOPEN_INTERVAL = 1.0
+# Each watch request asks the server to end it after at most WATCH_SERVER_TIMEOUT seconds (timeoutSeconds) and
+# reads with a timeout WATCH_READ_MARGIN longer, so a connection that went silent (half-open: the server or a
+# middlebox gone without a FIN/RST) is noticed within WATCH_SERVER_TIMEOUT + WATCH_READ_MARGIN seconds.
+WATCH_SERVER_TIMEOUT = 60
+WATCH_READ_MARGIN = 10
+WATCH_CONNECT_TIMEOUT = 10
+# Broken, refused, reset or timed-out connections (urllib3's ProtocolError, MaxRetryError, ReadTimeoutError
+# and socket errors): a watch re-lists and resumes after them until its deadline.
+WATCH_CONNECTION_ERRORS = (Urllib3HTTPError, OSError)
 
 
 class RequestCounter(object):
@@ -94,14 +111,18 @@ def query_params(params):
 class KubeOps(object):
     """The calls the reconfiguration needs, on one ApiClient; safe to share between threads."""
 
-    def __init__(self, api_client, counter=None):
+    def __init__(self, api_client, counter=None, watch_timeout=None, read_margin=None):
         self.api_client = api_client
+        self.watch_timeout = watch_timeout or WATCH_SERVER_TIMEOUT
+        self.read_margin = WATCH_READ_MARGIN if read_margin is None else read_margin
+        self.watch_errors = []  # transient errors watches recovered from (one line each), newest last
         self.policy = k8s_client.PolicyV1Api(api_client)
         self.custom = k8s_client.CustomObjectsApi(api_client)
         self.counter = counter or RequestCounter()
 
-    def request(self, method, path, query=None, body=None, content_type=None):
-        """One request; returns the unread urllib3 response, raises ApiException for a non-2xx status."""
+    def request(self, method, path, query=None, body=None, content_type=None, timeout=None):
+        """One request; returns the unread urllib3 response, raises ApiException for a non-2xx status.
+        ``timeout``: (connect, read) seconds, or None for none."""
         headers = {"Accept": "application/json, */*"}
         if content_type:
             headers["Content-Type"] = content_type
@@ -110,19 +131,20 @@ class KubeOps(object):
         if hasattr(api, "param_serialize"):  # kubernetes >= 37 (pydantic generator)
             method, url, headers, body, _post = api.param_serialize(
                 method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"])
-            resp = api.call_api(method, url, header_params=headers, body=body)
+            resp = api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
             if not 200 <= resp.status <= 299:
                 resp.read()
                 raise ApiException.from_response(http_resp=resp, body=None, data=None)
             return resp.response
         # kubernetes < 37: the legacy call_api raises for a non-2xx status itself.
         return api.call_api(path, method, query_params=params, header_params=headers, body=body,
-                            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True)
+                            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+                            _request_timeout=timeout)
 
     def lister(self, path):
         """A list function over ``path`` shaped like the typed client's, for watch() and kubernetes.watch.Watch."""
-        def list_func(_preload_content=False, **params):
-            return self.request("GET", path, query=params)
+        def list_func(_preload_content=False, _request_timeout=None, **params):
+            return self.request("GET", path, query=params, timeout=_request_timeout)
         return list_func
 
     # -- reads ---------------------------------------------------------------------------------------
@@ -215,27 +237,51 @@ class KubeOps(object):
                              query={"grace_period_seconds": grace_period_seconds}))
 
     # -- watches -------------------------------------------------------------------------------------
-    def watch(self, list_func, deadline, done, initial, **kwargs):
+    def watch(self, list_func, deadline, done, initial, relisted=None, **kwargs):
         """Follow ``list_func`` (a ``list_*`` method) from ``initial``'s resourceVersion until
         ``done(event_type, obj)`` returns True; returns that object. Raises DeadlineExceeded at
-        ``deadline`` (time.monotonic()) with the last object seen. Re-opens the watch when the server
-        closes it, and re-lists once on 410 Gone."""
+        ``deadline`` (time.monotonic()) with the last object seen.
+
+        The watch is re-opened when the server ends it (timeoutSeconds). After a broken, stalled (read timeout)
+        or refused connection, a transient error status (RETRY_STATUSES) or 410 Gone it re-lists (each item is
+        passed to ``done`` as ADDED, the whole list to ``relisted(items)`` when given, which returns True when the
+        wait is over) and resumes from the list's resourceVersion, backing off while the server is unreachable.
+        At the deadline after such errors, the last error is raised instead of DeadlineExceeded: the wait ended
+        because the API was unavailable, not because the object never changed."""
         resource_version = (initial.get("metadata") or {}).get("resourceVersion")
         last = None
+        relist = False
+        failures = 0
+        error = None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if error is not None:
+                    raise error
                 raise DeadlineExceeded("deadline reached", last)
             opened = time.monotonic()
-            self.counter.add("watch")
-            watcher = k8s_watch.Watch(return_type="object")  # raw events (deserialize=False): no model needed
+            timeout = (WATCH_CONNECT_TIMEOUT, self.watch_timeout + self.read_margin)
+            watcher = k8s_watch.Watch(return_type="object")  # plain dicts: no model is built
             try:
+                if relist:
+                    self.counter.add("list")
+                    listing = _decode(list_func(_preload_content=False, _request_timeout=timeout, **kwargs))
+                    items = listing.get("items") or []
+                    for item in items:
+                        last = item
+                        if done("ADDED", item):
+                            return item
+                    if relisted is not None and relisted(items):
+                        return last
+                    resource_version = (listing.get("metadata") or {}).get("resourceVersion")
+                    relist = False
+                self.counter.add("watch")
                 for event in watcher.stream(list_func, resource_version=resource_version,
-                                            timeout_seconds=max(1, int(remaining + 0.999)),
-                                            allow_watch_bookmarks=True, deserialize=False, **kwargs):
+                                            timeout_seconds=max(1, min(self.watch_timeout, int(remaining + 0.999))),
+                                            allow_watch_bookmarks=True, _request_timeout=timeout, **kwargs):
                     if not isinstance(event, dict):
                         continue
-                    obj = event.get("object") or {}
+                    obj = event.get("raw_object") or {}
                     resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
                     if event.get("type") == "BOOKMARK":
                         continue
@@ -243,22 +289,31 @@ class KubeOps(object):
                     if done(event.get("type"), obj):
                         watcher.stop()
                         return obj
+                failures, error = 0, None  # the server ended the watch as asked
             except ApiException as exc:
-                if exc.status != 410:
+                if exc.status != 410 and exc.status not in RETRY_STATUSES:
                     raise
-                # Our resourceVersion is too old: re-list and watch from the fresh one.
-                self.counter.add("list")
-                listing = _decode(list_func(_preload_content=False, **kwargs))
-                for item in listing.get("items") or []:
-                    last = item
-                    if done("ADDED", item):
-                        return item
-                resource_version = (listing.get("metadata") or {}).get("resourceVersion")
+                # 410 Gone: our resourceVersion is too old; 5xx/429: the API server or its etcd is unwell.
+                relist = True
+                if exc.status != 410:
+                    failures, error = failures + 1, exc
+                    self._note(exc)
+            except WATCH_CONNECTION_ERRORS as exc:
+                note_unreachable()
+                relist = True
+                failures, error = failures + 1, exc
+                self._note(exc)
             finally:
                 watcher.stop()
             pause = WATCH_MIN_REOPEN_INTERVAL - (time.monotonic() - opened)
-            if pause > 0 and time.monotonic() + pause < deadline:
-                time.sleep(pause)
+            if failures:
+                pause = max(pause, backoff(failures))
+            if pause > 0:
+                time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+
+    def _note(self, exc):
+        text = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        self.watch_errors = (self.watch_errors + [text])[-20:]
 
     def watch_node(self, name, deadline, done, initial):
         """Watch one node until ``done(node)``; ``initial`` is a node just read (for its resourceVersion)."""

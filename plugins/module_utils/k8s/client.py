@@ -15,6 +15,7 @@ __metaclass__ = type
 
 import os
 import threading
+import time
 import traceback
 
 try:
@@ -32,6 +33,15 @@ except ImportError:  # pragma: no cover - exercised only where the library is mi
         """Placeholder so callers can name the exception without the library."""
 
         status = None
+
+try:
+    from urllib3.exceptions import MaxRetryError, ProtocolError
+    from urllib3.util.retry import Retry
+except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
+    Retry = MaxRetryError = None
+
+    class ProtocolError(Exception):  # type: ignore[no-redef]
+        pass
 
 from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.errors import AnsibleFallbackNotFound
@@ -156,7 +166,7 @@ def trace_calls(api_client):
         call = _call_name(method, url)
         _CALLS.call = _LAST_CALL["call"] = call
         try:
-            return send(method, url, *args, **kwargs)
+            return retry_after_restart(send, method, url, *args, **kwargs)
         except Exception as exc:
             if getattr(exc, "gpufleet_call", None) is None:
                 try:
@@ -169,6 +179,160 @@ def trace_calls(api_client):
     return api_client
 
 
+# -- transient errors (issue 18) ------------------------------------------------------------------------
+# Answers that say "try again": throttled (429) or the API server / its etcd briefly unavailable (5xx).
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+# Reads are retried by urllib3 itself (the pool's Retry); writes by retry_write below.
+IDEMPOTENT_METHODS = frozenset(["GET", "HEAD", "OPTIONS"])
+WRITE_METHODS = frozenset(["POST", "PUT", "PATCH", "DELETE"])
+# Seconds of retrying before a call gives up (covers an API server restart); GPUFLEET_API_RETRY_SECONDS
+# overrides it for the process (tests of a persistent failure set it low).
+RETRY_SECONDS = 40.0
+RETRY_SECONDS_ENV = "GPUFLEET_API_RETRY_SECONDS"
+BACKOFF_FACTOR = 0.5
+BACKOFF_MAX = 8.0
+# A server's Retry-After is honoured up to this many seconds per wait.
+RETRY_AFTER_MAX = 30
+
+
+def retry_seconds():
+    """The retry window of this process: RETRY_SECONDS unless GPUFLEET_API_RETRY_SECONDS says otherwise."""
+    try:
+        value = float(os.environ.get(RETRY_SECONDS_ENV, RETRY_SECONDS))
+    except ValueError:
+        value = RETRY_SECONDS
+    return max(0.0, value)
+
+
+def backoff(attempt):
+    """Seconds to wait before retry number ``attempt`` (1, 2, ...): urllib3's exponential backoff, capped."""
+    return min(BACKOFF_MAX, BACKOFF_FACTOR * (2 ** (attempt - 1)))
+
+
+def retry_attempts(window=None):
+    """How many retries fit in ``window`` seconds of backoff (at least one when the window is not 0)."""
+    window = retry_seconds() if window is None else window
+    attempts, waited = 0, 0.0
+    while window > 0 and (attempts == 0 or waited + backoff(attempts + 1) <= window):
+        attempts += 1
+        waited += backoff(attempts)
+    return attempts
+
+
+def retry_policy(window=None):
+    """urllib3 ``Retry`` for the client's connection pool (``Configuration.retries``).
+
+    Connection errors before a request is sent (refused, reset while connecting) are retried for every method,
+    which is safe: nothing reached the server. Read errors and the statuses of RETRY_STATUSES (Retry-After
+    respected) only for IDEMPOTENT_METHODS; writes go through ``retry_write``. After the last retry the
+    last answer is returned (raise_on_status=False), so the caller sees the server's own error status."""
+    attempts = retry_attempts(window)
+    return Retry(total=attempts, connect=attempts, read=attempts, status=attempts, other=0, redirect=0,
+                 backoff_factor=BACKOFF_FACTOR, backoff_max=BACKOFF_MAX, status_forcelist=RETRY_STATUSES,
+                 allowed_methods=IDEMPOTENT_METHODS, respect_retry_after_header=True,
+                 retry_after_max=RETRY_AFTER_MAX, raise_on_status=False, raise_on_redirect=False)
+
+
+def _retry_after(response):
+    headers = getattr(response, "headers", None) or {}
+    try:
+        value = headers.get("Retry-After")
+        return min(float(RETRY_AFTER_MAX), max(0.0, float(value))) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def write_retryable(method, url, status):
+    """Whether a write answered with ``status`` is tried again. An eviction's 429 is not: it is the
+    PodDisruptionBudget's refusal, which the drain waits out itself."""
+    if status not in RETRY_STATUSES:
+        return False
+    return not (status == 429 and str(method).upper() == "POST" and str(url).partition("?")[0].endswith("/eviction"))
+
+
+def retry_write(send, method, url, *args, **kwargs):
+    """Send a write, retrying transient failures within the retry window.
+
+    Hand-written because urllib3 retries only idempotent methods after the request was sent; every write this
+    collection makes is safe to repeat: merge patches and deletes give the same result twice, evictions and
+    creates of a pod or Lease answer 404/409 on a repeat, which their callers resolve by reading the object
+    (a Lease replace carries its resourceVersion, so a repeat cannot overwrite another holder)."""
+    window = retry_seconds()
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            response = send(method, url, *args, **kwargs)
+        except ProtocolError:  # connection broken after the request was sent: the outcome is unknown
+            delay = backoff(attempt)
+            if time.monotonic() - started + delay > window:
+                raise
+        else:
+            status = getattr(response, "status", None)
+            if not write_retryable(method, url, status):
+                return response
+            delay = _retry_after(response)
+            delay = backoff(attempt) if delay is None else delay
+            if time.monotonic() - started + delay > window:
+                return response
+            try:
+                response.read()  # free the connection for the next attempt
+            except Exception:  # pylint: disable=broad-except
+                pass
+        time.sleep(delay)
+
+
+# An API server that has just come back answers 401/403 to requests it will allow a moment later, until its
+# authenticator and RBAC caches have synced (seen in the testbed after a kube-apiserver restart: "cannot list
+# resource nodes" for a ServiceAccount that may). Such an answer within RESTART_GRACE seconds after this process
+# last failed to reach the server is retried like a 503.
+RESTART_GRACE = 60.0
+_REACHABILITY = {"failed": None}
+
+
+def note_unreachable():
+    """Record that the API server could not be reached just now (a refused, reset or stalled connection)."""
+    _REACHABILITY["failed"] = time.monotonic()
+
+
+def just_restarted():
+    failed = _REACHABILITY["failed"]
+    return failed is not None and time.monotonic() - failed < RESTART_GRACE
+
+
+def retry_after_restart(send, method, url, *args, **kwargs):
+    """One request (writes through retry_write); a 401/403 shortly after the server was unreachable is tried
+    again within the retry window."""
+    window = retry_seconds()
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        try:
+            if str(method).upper() in WRITE_METHODS:
+                response = retry_write(send, method, url, *args, **kwargs)
+            else:
+                response = send(method, url, *args, **kwargs)
+        except (ProtocolError, OSError) + ((MaxRetryError,) if MaxRetryError is not None else ()):
+            note_unreachable()
+            raise
+        retries = getattr(getattr(response, "response", response), "retries", None)
+        if any(entry.error is not None for entry in getattr(retries, "history", None) or ()):
+            note_unreachable()  # urllib3 reconnected on the way: the server was down a moment ago
+        status = getattr(response, "status", None)
+        if status not in (401, 403) or not just_restarted():
+            return response
+        attempt += 1
+        delay = backoff(attempt)
+        if time.monotonic() - started + delay > window:
+            return response
+        try:
+            response.read()
+        except Exception:  # pylint: disable=broad-except
+            pass
+        time.sleep(delay)
+
+
 def last_call():
     """The last API call this thread made (or, when it made none, any thread); None before any call."""
     return getattr(_CALLS, "call", None) or _LAST_CALL["call"]
@@ -178,6 +342,8 @@ def get_api_client(params):
     """Return a ``kubernetes.client.ApiClient`` for the module's auth params (a dict)."""
     params = unset_empty(params)
     configuration = _load_configuration(params)
+    if Retry is not None:
+        configuration.retries = retry_policy()
     api_client = k8s_client.ApiClient(configuration)
     if params.get("impersonate_user"):
         api_client.set_default_header("Impersonate-User", params["impersonate_user"])

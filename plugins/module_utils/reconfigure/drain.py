@@ -297,8 +297,16 @@ class NodeDrainer(object):
                 waiting.pop(uid, None)
             return not waiting
 
+        def relisted(items):
+            # After a broken watch: a pod deleted meanwhile is simply absent (its DELETED event was missed).
+            present = set((item.get("metadata") or {}).get("uid") for item in items)
+            for uid in list(waiting):
+                if uid not in present:
+                    waiting.pop(uid)
+            return not waiting
+
         try:
-            self.ops.watch(self.ops.lister("/api/v1/pods"), deadline, done, listing,
+            self.ops.watch(self.ops.lister("/api/v1/pods"), deadline, done, listing, relisted=relisted,
                            field_selector="spec.nodeName=%s" % self.node_name)
         except DeadlineExceeded:
             return sorted(waiting.values())

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import datetime
 import threading
+import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import ApiException
 
@@ -93,6 +94,15 @@ class RolloutLock(object):
                 return None
             raise
 
+    def _landed(self, body):
+        """After a 409 on our create/replace: whether the write that answered 409 was the repeat of our own
+        write that had landed (its response lost to a broken connection, the call retried): the Lease then holds
+        exactly our holder and renewTime."""
+        current = self.read()
+        spec = (current or {}).get("spec") or {}
+        return current is not None and spec.get("holderIdentity") == self.holder \
+            and spec.get("renewTime") == body["spec"]["renewTime"]
+
     def _body(self, existing, acquire):
         now = format_time(_now())
         spec = dict((existing or {}).get("spec") or {})
@@ -112,9 +122,12 @@ class RolloutLock(object):
         if existing is None:
             if not check_mode:
                 self._count("create")
+                body = self._body(None, True)
                 try:
-                    self.api.create_namespaced_custom_object(*self._coords(), body=self._body(None, True))
+                    self.api.create_namespaced_custom_object(*self._coords(), body=body)
                 except ApiException as exc:
+                    if exc.status == 409 and self._landed(body):
+                        return True, lease_view(body)
                     if exc.status == 409:
                         raise LockHeld("rollout lock %s/%s was just taken by another rollout" % (
                             self.namespace, self.name))
@@ -132,9 +145,10 @@ class RolloutLock(object):
             try:
                 self.api.replace_namespaced_custom_object(*self._coords(), name=self.name, body=body)
             except ApiException as exc:
-                if exc.status == 409:
+                if exc.status == 409 and not self._landed(body):
                     raise LockHeld("rollout lock %s/%s changed hands while taking it" % (self.namespace, self.name))
-                raise
+                if exc.status != 409:
+                    raise
         view = lease_view(body)
         view["previous_holder"] = None if ours else lease_view(existing)["holder"]
         return True, view
@@ -147,7 +161,14 @@ class RolloutLock(object):
                 self.namespace, self.name, lease_view(existing)["holder"] if existing else "nobody"))
         self._count("update")
         body = self._body(existing, acquire=False)
-        self.api.replace_namespaced_custom_object(*self._coords(), name=self.name, body=body)
+        try:
+            self.api.replace_namespaced_custom_object(*self._coords(), name=self.name, body=body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            if not self._landed(body):
+                raise LockHeld("lost rollout lock %s/%s (changed by another writer while renewing)" % (
+                    self.namespace, self.name))
 
     def release(self, check_mode=False):
         """Delete the lease if we hold it. Returns (changed, outcome)."""
@@ -168,22 +189,36 @@ class RolloutLock(object):
 
 
 class LeaseRenewer(object):
-    """Renews a RolloutLock every duration/3 seconds in a background thread while a batch runs."""
+    """Renews a RolloutLock every duration/3 seconds in a background thread while a batch runs.
+
+    Only a lost Lease (``LockHeld``: another holder has it) ends the renewing, as ``error``. An API that cannot be
+    reached is tried again at the next interval: when it answers before anyone else took the expired Lease, the
+    same holder renews it (kept); ``lapses`` records each time the Lease went unrenewed past its duration."""
 
     def __init__(self, lock):
         self.lock = lock
         self.error = None
+        self.lapses = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-renewer", daemon=True)
 
     def _run(self):
         interval = max(1.0, self.lock.duration_s / 3.0)
+        renewed = time.monotonic()
+        failing = None
         while not self._stop.wait(interval):
             try:
                 self.lock.renew()
-            except Exception as exc:  # pylint: disable=broad-except  # reported by the batch result
+            except LockHeld as exc:  # reported by the batch result
                 self.error = str(exc)
                 return
+            except Exception as exc:  # pylint: disable=broad-except  # the API is unavailable: try again
+                failing = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                continue
+            if failing is not None and time.monotonic() - renewed > self.lock.duration_s:
+                self.lapses.append("not renewed for %.0fs (%s); renewed again by the same holder" % (
+                    time.monotonic() - renewed, failing))
+            renewed, failing = time.monotonic(), None
 
     def __enter__(self):
         self.lock.renew()

@@ -33,11 +33,13 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     unschedulable,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
+    WATCH_CONNECTION_ERRORS,
     ApiException,
     DeadlineExceeded,
     annotations_of,
     labels_of,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import connection_reason
 
 MIG_MANAGER_SELECTOR = "app=nvidia-mig-manager"
 # What the node's MIG config label said before we changed it (for rollback), and the target we set.
@@ -303,6 +305,9 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
         if exc.status == 404:
             diagnostics.update(deleted=True, hints=["node %s no longer exists (deleted)" % node_name])
         return diagnostics
+    except WATCH_CONNECTION_ERRORS as exc:
+        diagnostics["error"] = "cannot read node: API server unreachable (%s)" % connection_reason(exc)
+        return diagnostics
     diagnostics.update(mig_state(node))
     diagnostics["ready"] = node_ready(node)
     diagnostics["unschedulable"] = unschedulable(node)
@@ -315,6 +320,9 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
     except ApiException as exc:
         pods = []
         diagnostics["pods_error"] = "HTTP %s" % exc.status
+    except WATCH_CONNECTION_ERRORS as exc:
+        pods = []
+        diagnostics["pods_error"] = "API server unreachable (%s)" % connection_reason(exc)
     for pod in pods:
         labels = labels_of(pod)
         phase = (pod.get("status") or {}).get("phase")
@@ -324,6 +332,8 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
                 logs[pod_ref(pod)] = ops.pod_log(meta.get("namespace"), meta.get("name"), tail_lines=log_lines)
             except ApiException as exc:
                 logs[pod_ref(pod)] = "(logs unavailable: HTTP %s %s)" % (exc.status, exc.reason)
+            except WATCH_CONNECTION_ERRORS as exc:
+                logs[pod_ref(pod)] = "(logs unavailable: %s)" % connection_reason(exc)
         elif phase not in ("Succeeded", "Failed") and is_gpu_pod(pod):
             gpu_pods.append(pod_ref(pod))
     diagnostics["mig_manager_logs"] = logs
@@ -415,7 +425,7 @@ def trigger(ops, node, target, retrigger=False):
 
 
 def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unwedge_on_timeout=False,
-             retrigger=False, clear=True, node=None):
+             retrigger=False, clear=True, node=None, progress=None):
     """The MIG step for one node, used by the rollout, its rollback and every node_mig_config action:
     set the label (or re-trigger) -> follow ``nvidia.com/mig.config.state`` within ``apply_timeout`` (once
     more after an un-wedge when ``unwedge_on_timeout``) -> verify allocatable and GFD labels against
@@ -423,11 +433,15 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
     ``clear`` is false: the caller still holds the node). It neither drains nor uncordons.
 
     Returns {final (success|failed|timeout|changed), states, rebooted, trigger, unwedged (after a timeout),
-    mismatches, verified, node (the latest view), timings: {apply_s, verify_s}}."""
+    mismatches, verified, node (the latest view), timings: {apply_s, verify_s}}. ``progress`` (a dict), when
+    given, has ``stage`` set to label, apply, verify or clear as the step goes (where an error stopped it)."""
+    progress = {} if progress is None else progress
     started = time.monotonic()
+    progress["stage"] = "label"
     node = node or ops.get_node(node_name)
     outcome = {"trigger": trigger(ops, node, target, retrigger), "mismatches": [], "verified": False,
                "timings": {}}
+    progress["stage"] = "apply"
     followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout)
     states = list(followed["states"])
     not_ready_seen = followed["not_ready_seen"]
@@ -445,12 +459,14 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
     if followed["final"] != "success":
         return outcome
     verifying = time.monotonic()
+    progress["stage"] = "verify"
     outcome["mismatches"] = wait_verified(ops, node_name, planned["expected_resources"],
                                           planned.get("expected_gfd_labels"), time.monotonic() + verify_timeout,
                                           followed["node"])
     outcome["timings"]["verify_s"] = round(time.monotonic() - verifying, 3)
     outcome["verified"] = not outcome["mismatches"]
     if outcome["verified"] and clear:
+        progress["stage"] = "clear"
         outcome["node"] = clear_marker(ops, node_name)
     return outcome
 

@@ -28,10 +28,12 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import node_gpu_allocatable, unschedulable
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
+    WATCH_CONNECTION_ERRORS,
     ApiException,
     annotations_of,
     labels_of,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import api_reason, connection_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import facts, plan as mig_plan, resolve
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import verify as mig_verify
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
@@ -291,6 +293,7 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         row.update(result="unchanged", message="already at %s and verified" % target, duration_s=0.0)
         return row
     o = ctx.options
+    progress = {"stage": "drain"}
     try:
         # 1. drain (idempotent: an earlier cordon of ours is kept, remaining GPU pods are evicted)
         t0 = time.monotonic()
@@ -309,7 +312,7 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         # 2-4. the MIG step: label (or re-trigger a resumed node), follow the state, verify allocatable and
         # GFD labels against the plan; the in-progress marker is cleared here unless the node stays held.
         step = node_step.run_step(ops, node_name, target, planned, o["apply_timeout"], o["verify_timeout"],
-                                  unwedge_on_timeout=o["unwedge_on_timeout"], clear=not hold_cordon)
+                                  unwedge_on_timeout=o["unwedge_on_timeout"], clear=not hold_cordon, progress=progress)
         row["states"] = step["states"]
         row["rebooted"] = step["rebooted"]
         if step.get("not_ready_seen"):
@@ -344,12 +347,29 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
                            row["before"] or "unset", target))
             return row
         # 5. give the node back as we found it
+        progress["stage"] = "uncordon"
         return _give_back(ctx, ops, node_name, target, row, started, "allocatable and GFD labels", step["node"])
     except ApiException as exc:
         if exc.status == 404 and not node_step.node_exists(ops, node_name):
             return _fail(row, "api", _deleted_message(node_name, "api"), ctx, ops, node_name, started)
-        return _fail(row, "api", "node %s: Kubernetes API error HTTP %s %s" % (node_name, exc.status, exc.reason),
-                     ctx, ops, node_name, started)
+        return _fail(row, "api", "node %s: Kubernetes API error %s" % (node_name, _api_error(exc)), ctx, ops, node_name, started)
+    except WATCH_CONNECTION_ERRORS as exc:
+        return _unreachable(row, progress["stage"], exc, ctx, ops, node_name, started)
+
+
+def _api_error(exc):
+    """``HTTP 403 Forbidden (PATCH /api/v1/nodes/n): <the server's message>`` on one line."""
+    call = getattr(exc, "gpufleet_call", None)
+    return "%s%s" % (api_reason(exc), " (%s)" % call if call else "") if getattr(exc, "status", None) else api_reason(exc)
+
+
+def _unreachable(row, stage, exc, ctx, ops, node_name, started):
+    """The API server stayed unreachable past the retries (and a watch's deadline): the node's row records the
+    step it stopped at; a re-run resumes it (our cordon and in-progress marker stay on the node)."""
+    row = _fail(row, "api", "node %s: Kubernetes API server unreachable during %s (%s); the node keeps its state, "
+                "a re-run resumes it" % (node_name, stage, connection_reason(exc)), ctx, ops, node_name, started)
+    row["api_stage"] = stage
+    return row
 
 
 def _give_back(ctx, ops, node_name, target, row, started, what, node=None):
@@ -398,8 +418,10 @@ def release_node(ctx, row, target, hardware=None):
         return _give_back(ctx, ops, row["node"], target, row, started,
                           "allocatable, GFD labels and hardware" if hardware else "allocatable and GFD labels")
     except ApiException as exc:
-        return _fail(row, "api", "node %s: Kubernetes API error HTTP %s %s" % (row["node"], exc.status, exc.reason),
-                     ctx, ops, row["node"], started)
+        return _fail(row, "api", "node %s: Kubernetes API error %s" % (row["node"], _api_error(exc)), ctx, ops, row["node"],
+                     started)
+    except WATCH_CONNECTION_ERRORS as exc:
+        return _unreachable(row, "release", exc, ctx, ops, row["node"], started)
 
 
 def rollback(ctx, ops, node_name):
@@ -460,7 +482,13 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
         if not hasattr(local, "ops"):
             local.ops = ctx.ops_factory()  # one client per worker thread, reused for its next nodes
         started = time.monotonic()
-        planned = plan_one(ctx, local.ops, name, target, hardware_by_node.get(name))
+        try:
+            planned = plan_one(ctx, local.ops, name, target, hardware_by_node.get(name))
+        except WATCH_CONNECTION_ERRORS as exc:
+            halted.append(name)
+            return not_started_row(name, "node %s not started, nothing was changed there: Kubernetes API server "
+                                   "unreachable (%s)" % (name, connection_reason(exc))), \
+                {"node": name, "errors": [], "not_started": True}
         if room_check is not None and not planned["errors"] and planned.get("pods_to_evict"):
             short = room_check(local.ops, planned)
             if short:
