@@ -136,6 +136,25 @@ options:
         (C(result), C(verified), C(mismatches)). The node stays cordoned for inspection either way.
     type: bool
     default: false
+  progress_file:
+    description:
+      - With O(phase=apply) or O(phase=release), a JSON file this run keeps current (replaced atomically at each
+        change) with each node's step - C(draining), C(labelled), C(pending), C(rebooting), C(applied), C(verifying),
+        then C(done), C(verified) (held), C(failed), C(invalid), C(unchanged) or C(not started) - the time it
+        started and the seconds since the node started.
+      - Run the module with C(async) and follow the file with M(gpufleet.gpu_operator.mig_rollout_progress), which
+        prints each change as it happens (the C(gpufleet.gpu_operator.mig_reconfigure) role does).
+      - The directory must exist on the host that runs the module.
+    type: path
+  events:
+    description:
+      - With O(phase=apply) or O(phase=release), post a Kubernetes Event (core/v1, namespace C(default), source
+        component C(gpufleet)) on each node as it moves - reasons C(MigReconfigureDraining), C(MigReconfigureApplied),
+        C(MigReconfigureVerified) or C(MigReconfigureFailed) - so C(kubectl describe node) shows what the rollout did.
+      - Three API requests per changed node; needs C(create) on C(events) in namespace C(default)
+        (C(rbac/mig-reconfigure.yaml)). An Event that cannot be posted is a warning, never a failure (RV(events)).
+    type: bool
+    default: true
   hardware:
     description:
       - Hardware facts per node name (C(gpus) as gpu_info returns them) - planned against with O(phase=plan) and
@@ -707,6 +726,20 @@ api_requests:
       description: RV(api_requests.total) divided by the number of nodes.
       returned: phase=apply or release, not check mode
       type: float
+events:
+  description: The Kubernetes Events this run posted on the nodes (O(events)).
+  returned: phase=apply or release with O(events=true), not check mode
+  type: dict
+  contains:
+    posted:
+      description: Number of Events posted.
+      returned: always
+      type: int
+    errors:
+      description: Why an Event could not be posted (the first error per reason); the rollout went on.
+      returned: always
+      type: list
+      elements: str
 lock_error:
   description: Why renewing the Lease failed during the run.
   returned: when the Lease could not be renewed
@@ -722,7 +755,7 @@ import time
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, RequestCounter
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, capacity, rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, capacity, progress, rollout
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
     LeaseRenewer,
     LockHeld,
@@ -767,6 +800,7 @@ def roll(module):
         return KubeOps(module.new_api_client(), counter)
 
     started = time.monotonic()
+    tracker = None
     try:
         ctx = rollout.Context(ops_factory, dict((k, params[k]) for k in OPTION_KEYS))
         hardware = params["hardware"] or {}
@@ -808,6 +842,10 @@ def roll(module):
                                  stranded=stranded, capacity_warnings=[capacity.shortage_text(s) for s in stranded],
                                  rows=rows, summary_table=rollout.summary_table(rows), failed_nodes=to_change,
                                  held_nodes=[], api_requests=dict(total=counter.total, by_verb=counter.by_verb))
+        if params["progress_file"] or params["events"]:
+            tracker = progress.Progress(params["progress_file"], ops_factory() if params["events"] else None,
+                                        config=params["config"])
+            ctx.progress = tracker
         renewer = None
         lock_released = lock_taken = None
         if params["lock"]:
@@ -831,6 +869,8 @@ def roll(module):
                                                   window=window, hold_cordon=params["hold_cordon"],
                                                   room_check=None if params["allow_unschedulable"] else room_check)
         finally:
+            if tracker is not None and tracker.path:
+                tracker.finish()
             if renewer is not None:
                 renewer.__exit__(None, None, None)
                 if params["lock"]["release"]:
@@ -855,6 +895,10 @@ def roll(module):
     )
     if renewer is not None and renewer.error:
         result["lock_error"] = renewer.error
+    if tracker is not None and tracker.events_ops is not None:
+        result["events"] = dict(posted=tracker.events_posted, errors=list(tracker.event_errors))
+        for error in tracker.event_errors:
+            module.warn(error)
     if lock_taken is not None:
         result["lock_taken"] = lock_taken
     if lock_released is not None:
@@ -888,6 +932,8 @@ def main():
         verify_timeout=dict(type="int", default=180),
         unwedge_on_timeout=dict(type="bool", default=False),
         rollback_on_failure=dict(type="bool", default=False),
+        progress_file=dict(type="path"),
+        events=dict(type="bool", default=True),
         hardware=dict(type="dict"),
         lock=dict(type="dict", options=dict(
             namespace=dict(type="str", default="gpu-operator"),

@@ -163,9 +163,10 @@ def set_config_label(ops, node, target, check_mode=False):
     return patch
 
 
-def follow_state(ops, node_name, target, deadline, node=None):
+def follow_state(ops, node_name, target, deadline, node=None, on_state=None):
     """Watch the node until MIG Manager reports ``success`` (and, after ``rebooting``, the node is back and
-    Ready) or ``failed``. Returns {final, states, rebooted, node}; final is success|failed|timeout|changed."""
+    Ready) or ``failed``. Returns {final, states, rebooted, node}; final is success|failed|timeout|changed.
+    ``on_state(state)`` is called for each new state seen (progress reporting)."""
     node = node or ops.get_node(node_name)
     seen = []
     flags = {"rebooted": False, "final": None}
@@ -175,6 +176,8 @@ def follow_state(ops, node_name, target, deadline, node=None):
         state = labels.get(MIG_STATE_LABEL)
         if state and (not seen or seen[-1] != state):
             seen.append(state)
+            if on_state is not None:
+                on_state(state)
         if labels.get(MIG_CONFIG_LABEL) != target:
             flags["final"] = "changed"
             return True
@@ -335,7 +338,7 @@ def trigger(ops, node, target, retrigger=False):
 
 
 def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unwedge_on_timeout=False,
-             retrigger=False, clear=True, node=None):
+             retrigger=False, clear=True, node=None, progress=None):
     """The MIG step for one node, used by the rollout, its rollback and every node_mig_config action:
     set the label (or re-trigger) -> follow ``nvidia.com/mig.config.state`` within ``apply_timeout`` (once
     more after an un-wedge when ``unwedge_on_timeout``) -> verify allocatable and GFD labels against
@@ -343,21 +346,32 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
     ``clear`` is false: the caller still holds the node). It neither drains nor uncordons.
 
     Returns {final (success|failed|timeout|changed), states, rebooted, trigger, unwedged (after a timeout),
-    mismatches, verified, node (the latest view), timings: {apply_s, verify_s}}."""
+    mismatches, verified, node (the latest view), timings: {apply_s, verify_s}}.
+
+    ``progress(step, message)``, when given, hears each MIG Manager state seen, ``applied`` and ``verifying``."""
     started = time.monotonic()
     node = node or ops.get_node(node_name)
+    report = progress or (lambda step, message="": None)
+
+    def on_state(state):  # success and failed are reported once verified, or as the node's outcome
+        if state in ("pending", "rebooting"):
+            report(state, "%s=%s" % (MIG_STATE_LABEL, state))
     outcome = {"trigger": trigger(ops, node, target, retrigger), "mismatches": [], "verified": False,
                "timings": {}}
-    followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout)
+    report("labelled", "%s=%s" % (MIG_CONFIG_LABEL, target))
+    followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout, on_state=on_state)
     states = list(followed["states"])
     if followed["final"] == "timeout" and unwedge_on_timeout:
         outcome["unwedged"] = unwedge(ops, node_name, target)
-        followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout)
+        report("unwedged", "MIG Manager re-triggered after %ss" % apply_timeout)
+        followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout, on_state=on_state)
         states += followed["states"]
     outcome.update(final=followed["final"], states=states, rebooted=followed["rebooted"], node=followed["node"])
     outcome["timings"]["apply_s"] = round(time.monotonic() - started, 3)
     if followed["final"] != "success":
         return outcome
+    report("applied", "MIG Manager reported success for %s" % target)
+    report("verifying", "allocatable and GFD labels against the plan")
     verifying = time.monotonic()
     outcome["mismatches"] = wait_verified(ops, node_name, planned["expected_resources"],
                                           planned.get("expected_gfd_labels"), time.monotonic() + verify_timeout,
