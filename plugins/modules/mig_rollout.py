@@ -140,12 +140,21 @@ options:
     description:
       - With O(phase=apply) or O(phase=release), a JSON file this run keeps current (replaced atomically at each
         change) with each node's step - C(draining), C(labelled), C(pending), C(rebooting), C(applied), C(verifying),
-        then C(done), C(verified) (held), C(failed), C(invalid), C(unchanged) or C(not started) - the time it
-        started and the seconds since the node started.
-      - Run the module with C(async) and follow the file with M(gpufleet.gpu_operator.mig_rollout_progress), which
-        prints each change as it happens (the C(gpufleet.gpu_operator.mig_reconfigure) role does).
+        then C(done), C(verified) (held for O(phase=release)), C(failed), C(invalid), C(unchanged) or C(not started) -
+        when the step began and the seconds since the node started.
+      - When the module runs on the controller (C(delegate_to: localhost), as the C(gpufleet.gpu_operator.mig_reconfigure)
+        role runs it), its action prints each change as one line while the nodes run - in the terminal and in an AWX
+        job's output - for example C(MIG rollout: 12:40:03  gpu-node-1  pending  +7s); a temporary file is used
+        when this is omitted.
       - The directory must exist on the host that runs the module.
     type: path
+  progress_interval:
+    description:
+      - Seconds between looks at the progress record by the controller (see O(progress_file)); V(0) prints nothing.
+      - Not used with C(async) or on a host other than the controller (the record is still written when
+        O(progress_file) is given).
+    type: float
+    default: 2.0
   events:
     description:
       - With O(phase=apply) or O(phase=release), post a Kubernetes Event (core/v1, namespace C(default), source
@@ -207,6 +216,13 @@ attributes:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: With O(phase=apply), returns the plan of the batch and changes nothing.
+  action:
+    description: Has a controller-side action (it prints each node's step while the nodes run, O(progress_file)).
+    support: full
+  async:
+    description: Supports being used with the C(async) keyword.
+    support: full
+    details: With C(async) no progress line is printed; the O(progress_file) record is still kept when given.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: partial
@@ -933,6 +949,7 @@ def main():
         unwedge_on_timeout=dict(type="bool", default=False),
         rollback_on_failure=dict(type="bool", default=False),
         progress_file=dict(type="path"),
+        progress_interval=dict(type="float", default=2.0),
         events=dict(type="bool", default=True),
         hardware=dict(type="dict"),
         lock=dict(type="dict", options=dict(
@@ -960,6 +977,9 @@ def main():
             batches.batch_size(params["max_unavailable"], len(nodes))
         except batches.BatchError as exc:
             module.fail_json(msg=str(exc))
+    if params["progress_interval"] < 0:
+        module.fail_json(msg="progress_interval must be 0 (no progress lines) or a positive number of seconds, got %s"
+                         % params["progress_interval"])
     for key in ("drain_timeout", "apply_timeout", "verify_timeout"):
         if params[key] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, params[key]))

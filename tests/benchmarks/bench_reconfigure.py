@@ -121,8 +121,7 @@ def task_seconds(data):
                 start, end = (datetime.datetime.strptime(duration[k][:26].rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f")
                               for k in ("start", "end"))
                 name = task["task"]["name"].split(" : ", 1)[-1]
-                # The step runs async and is followed by "Follow step N" (progress lines): count both as the step.
-                name = "Reconfigure step" if name.startswith(("Reconfigure step", "Follow step")) else name
+                name = "Reconfigure step" if name.startswith("Reconfigure step") else name
                 out[name] = round(out.get(name, 0.0) + (end - start).total_seconds(), 2)
     return out
 
@@ -131,7 +130,7 @@ def batch_results(data):
     out = []
     for play in data["plays"]:
         for task in play["tasks"]:
-            if task["task"]["name"].split(" : ", 1)[-1].startswith(("Reconfigure step", "Follow step")):
+            if task["task"]["name"].split(" : ", 1)[-1].startswith("Reconfigure step"):
                 for host in task["hosts"].values():
                     if host.get("rows"):
                         out.append(host)

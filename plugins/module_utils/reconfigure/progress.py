@@ -143,14 +143,14 @@ def progress_lines(old, new):
     the step's wall-clock time and the time since the node started. Lines never contain ``{`` (a JSON stdout
     callback's output is found by its first brace)."""
     before = dict((n["node"], n) for n in (old or {}).get("nodes") or [])
-    lines = []
+    changes = []
     for node in (new or {}).get("nodes") or []:
         prior = before.get(node["node"]) or {"history": []}
         for moment, step in node.get("history", [])[len(prior.get("history") or []):]:
-            elapsed = moment - node["started"]
+            elapsed = max(0.0, moment - node["started"])
             clock = datetime.datetime.fromtimestamp(moment).strftime("%H:%M:%S")
             text = "%s  %s  %s  +%.0fs" % (clock, node["node"], step, elapsed)
             if step in FINAL_STEPS and node.get("message") and step == node.get("step"):
                 text += "  " + node["message"]
-            lines.append(text.replace("{", "(").replace("}", ")"))
-    return lines
+            changes.append((moment, text.replace("{", "(").replace("}", ")")))
+    return [text for _moment, text in sorted(changes, key=lambda change: change[0])]  # in the order they happened
