@@ -16,7 +16,7 @@ description:
   - For report page templates (the C(gpufleet.gpu_operator.gpu_report) role's C(gpu_report_html_template)).
 options:
   _input:
-    description: Resource name to count, for example C({nvidia.com/mig-1g.10gb: 7}).
+    description: "Resource name to count, for example C({nvidia.com/mig-1g.10gb: 7})."
     type: dict
     required: true
 """

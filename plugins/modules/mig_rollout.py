@@ -142,10 +142,10 @@ options:
         change) with each node's step - C(draining), C(labelled), C(pending), C(rebooting), C(applied), C(verifying),
         then C(done), C(verified) (held for O(phase=release)), C(failed), C(invalid), C(unchanged) or C(not started) -
         when the step began and the seconds since the node started.
-      - When the module runs on the controller (C(delegate_to: localhost), as the C(gpufleet.gpu_operator.mig_reconfigure)
+      - "When the module runs on the controller (C(delegate_to: localhost), as the C(gpufleet.gpu_operator.mig_reconfigure)
         role runs it), its action prints each change as one line while the nodes run - in the terminal and in an AWX
         job's output - for example C(MIG rollout: 12:40:03  gpu-node-1  pending  +7s); a temporary file is used
-        when this is omitted.
+        when this is omitted."
       - The directory must exist on the host that runs the module.
     type: path
   progress_interval:
