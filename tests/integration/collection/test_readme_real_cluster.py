@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.integration.collection.test_installed_playbooks import BIN, installed  # noqa: F401 - fixture
-from tests.integration.operator.conftest import NODES, operator_sandbox  # noqa: F401 - fixture
+from tests.integration.collection.test_installed_playbooks import BIN, installed  # noqa: F401 pylint: disable=unused-import
+from tests.integration.operator.conftest import NODES, operator_sandbox  # noqa: F401 pylint: disable=unused-import
 from tests.testbed import operator as real_operator
 from tests.testbed.agents.pytest_agents import nvml_lib_dir
 

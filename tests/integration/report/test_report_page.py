@@ -41,8 +41,8 @@ def browse(html, name):
     return dom.stdout
 
 
-def test_report_page_in_chromium_from_the_role_template_and_a_users_own(testbed, gpu_cluster, add_gpu_node, report_run,
-                                                                       tmp_path):
+def test_report_page_in_chromium_from_the_role_template_and_a_users_own(
+        testbed, gpu_cluster, add_gpu_node, report_run, tmp_path):
     mig = add_gpu_node("page-mig", "H100-80GB-HBM3", 1)
     whole = add_gpu_node("page-whole", "A100-SXM4-40GB", 1)
     for name in (mig, whole):
