@@ -123,14 +123,17 @@ cache_timeout: 300
 # Host variables of each node:
 #   gpu_node_name, gpu_model (GFD product without -MIG-*/-SHARED), gpu_product_label, gpu_count,
 #   gpu_memory_mb, gpu_family, gpu_driver_version, gpu_mig_capable, gpu_mig_strategy, gpu_mig_config,
-#   gpu_mig_config_state, gpu_mig_invalid, gpu_mig_devices ({profile: count}), gpu_deploy_labels,
+#   gpu_mig_config_state, gpu_mig_invalid, gpu_mig_devices ({profile: count}), gpu_replicas (time-slicing/MPS
+#   shares per device, 1 = not shared), gpu_sharing_strategy, gpu_product_shared (-SHARED), gpu_deploy_labels,
 #   gpu_deploy_paused (operands MIG Manager left paused), gpu_capacity, gpu_allocatable
 #   ({nvidia.com/gpu|mig-*: n}), gpu_ready, gpu_unschedulable, gpu_labels (all nvidia.com/* labels).
 """
 
 import os
 
+from ansible import constants as C
 from ansible.errors import AnsibleError, AnsibleParserError
+from ansible.module_utils.parsing.convert_bool import BOOLEANS
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.unsafe_proxy import wrap_var
 
@@ -163,7 +166,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def parse(self, inventory, loader, path, cache=True):
         super(InventoryModule, self).parse(inventory, loader, path, cache)
-        self._read_config_data(path)
+        self._check_source(self._read_config_data(path), path)
         cache_key = self.get_cache_key(path)
         use_cache = self.get_option("cache") and cache
         update_cache = self.get_option("cache") and not cache
@@ -178,6 +181,41 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if update_cache:
             self._cache[cache_key] = nodes
         self._populate(nodes)
+
+    def _check_source(self, config, path):
+        """Refuse, naming the option, what Ansible's option handling lets through: unknown options (a typo is
+        otherwise ignored), booleans that are not booleans (read as false), a negative cache_timeout, a main group
+        name Ansible cannot target, keyed_groups entries that are not mappings."""
+        definitions = C.config.get_configuration_definitions("inventory", self._load_name) or {}
+        known = set(definitions)
+        for definition in definitions.values():
+            known.update(definition.get("aliases") or [])
+        problems = []
+        unknown = sorted(set(config) - known)
+        if unknown:
+            problems.append("unknown option(s) %s (this plugin's options: %s)"
+                            % (", ".join(map(str, unknown)), ", ".join(sorted(definitions))))
+        for name, definition in sorted(definitions.items()):
+            if definition.get("type") not in ("bool", "boolean"):
+                continue
+            for key in [name] + list(definition.get("aliases") or []):
+                value = config.get(key)
+                if value is None or isinstance(value, bool):
+                    continue
+                if not isinstance(value, (str, int, float)) or (value.lower() if isinstance(value, str) else value) not in BOOLEANS:
+                    problems.append("%s must be true or false, got %r" % (key, value))
+        timeout = self.get_option("cache_timeout")
+        if isinstance(timeout, int) and timeout < 0:
+            problems.append("cache_timeout must be >= 0 seconds (0: never expires), got %s" % timeout)
+        group = self.get_option("group")
+        if not isinstance(group, str) or not group or C.INVALID_VARIABLE_NAMES.search(group):
+            problems.append("group %r is not a valid Ansible group name (letters, digits and _, not starting with a digit)"
+                            % (group,))
+        for index, entry in enumerate(self.get_option("keyed_groups") or []):
+            if not isinstance(entry, dict):
+                problems.append("keyed_groups[%d] must be a mapping (key, prefix, separator...), got %r" % (index, entry))
+        if problems:
+            raise AnsibleParserError("inventory source %s: %s" % (path, "; ".join(problems)))
 
     def _auth_option(self, name):
         """An auth option, None when it comes from an empty environment variable (AWX injects K8S_AUTH_CONTEXT=""

@@ -434,7 +434,8 @@ def main():
         stuck_after=dict(type="int", default=900),
         formats=dict(type="list", elements="str", choices=["table", "html"], default=["table"]),
         metrics_timeout=dict(type="int", default=10),
-    ), supports_check_mode=True, mutually_exclusive=[("prometheus_url", "dcgm_endpoints")])
+    ), numbers={"metrics_timeout": {"above": 0}, "dcgm_port": {"minimum": 1, "maximum": 65535}},
+        supports_check_mode=True, mutually_exclusive=[("prometheus_url", "dcgm_endpoints")])
     params = module.params
     if params["window"] <= 0 or params["stuck_after"] < 0 or not 0 <= params["idle_below"] <= 1:
         module.fail_json(msg="window must be > 0, stuck_after >= 0 and idle_below within 0..1 (got %s, %s, %s)"

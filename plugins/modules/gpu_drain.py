@@ -299,7 +299,8 @@ def main():
         grace_period=dict(type="int"),
         timeout=dict(type="int", default=300),
         retry_delay=dict(type="float", default=5.0),
-    ), supports_check_mode=True)
+    ), names={"name": "name"}, numbers={"retry_delay": {"minimum": 0}},
+        supports_check_mode=True)
     params = module.params
     if params["timeout"] <= 0:
         module.fail_json(msg="timeout must be a positive number of seconds, got %s" % params["timeout"])

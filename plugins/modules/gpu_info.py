@@ -326,6 +326,7 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.checks import input_problems, refuse
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.nvml import session as nvml
 
 
@@ -339,6 +340,7 @@ def main():
         ),
         supports_check_mode=True,
     )
+    refuse(module, input_problems(module.params, numbers={"gpus[]": {"minimum": 0}}))
     if not nvml.HAS_PYNVML:
         module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=nvml.PYNVML_IMPORT_ERROR)
     try:

@@ -163,7 +163,8 @@ def main():
         )),
         namespace=dict(type="str", default="gpu-operator"),
         fail_on_problems=dict(type="bool", default=False),
-    ), supports_check_mode=True)
+    ), names={"namespace": "namespace", "nodes[].name": "name"},
+        supports_check_mode=True)
     module.run(validate, node=[entry["name"] for entry in module.params["nodes"]])
 
 

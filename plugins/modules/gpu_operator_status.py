@@ -133,7 +133,8 @@ def main():
         wait=dict(type="bool", default=False),
         timeout=dict(type="int", default=600),
         poll_interval=dict(type="int", default=3),
-    ), supports_check_mode=True)
+    ), names={"namespace": "namespace", "nodes[]": "name"}, numbers={"timeout": {"minimum": 0}, "poll_interval": {"above": 0}},
+        supports_check_mode=True)
     module.run(status)
 
 

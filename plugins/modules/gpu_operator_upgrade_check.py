@@ -126,7 +126,8 @@ def main():
         nodes=dict(type="list", elements="str"),
         lease_namespace=dict(type="str"),
         lease_name=dict(type="str", default="gpufleet-mig-rollout"),
-    ), supports_check_mode=True)
+    ), names={"namespace": "namespace", "nodes[]": "name", "lease_namespace": "namespace", "lease_name": "name"},
+        supports_check_mode=True)
     module.run(check)
 
 

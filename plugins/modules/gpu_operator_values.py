@@ -16,7 +16,8 @@ description:
   - Pure computation on the controller; talks to nothing and changes nothing.
   - Rejects unknown or contradictory settings with one message listing every problem, so that a play fails
     before anything is installed. Examples are a MIG strategy outside C(none|single|mixed), MPS sharing
-    with the C(mixed) strategy, a custom MIG config that does not parse or names profiles that no GPU model
+    with the C(mixed) strategy, device-plugin configs NVIDIA's device plugin would refuse (the same parser rules and
+    start-up checks, under the operator's MIG strategy), a custom MIG config that does not parse or names profiles that no GPU model
     of the inventory has, and O(extra_values) that contradict a dedicated setting.
   - Renders the Helm values of the NVIDIA GPU Operator chart (v26.7.0 value keys), the ConfigMaps the role
     manages (custom MIG config under key C(config.yaml), device-plugin sharing configs), and the
@@ -155,6 +156,15 @@ cluster_policy_patch:
   returned: success
   type: dict
   sample: {"spec": {"mig": {"strategy": "mixed"}, "migManager": {"config": {"name": "", "default": "all-disabled"}}}}
+device_plugin_config_selection:
+  description:
+    - Which nodes get which device-plugin config, as the GPU Operator's config manager decides
+      (NVIDIA/k8s-device-plugin C(cmd/config-manager), run with C(FALLBACK_STRATEGIES=empty)) - the config the node's
+      C(nvidia.com/device-plugin.config) label names, else O(device_plugin_config_default), else no config (no sharing;
+      a key named C(default) or a single key is not picked by itself). Null without O(device_plugin_config).
+  returned: success
+  type: str
+  sample: "nodes labelled nvidia.com/device-plugin.config=<name> get that config (a, b); every other node gets config 'a'"
 mig_config_names:
   description: Names of the configs in O(mig_config) (empty without one).
   returned: success
@@ -172,6 +182,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.val
     build_values,
     cluster_policy_patch,
     configmaps,
+    device_plugin_config_selection,
     settings_problems,
     settings_warnings,
     single_strategy_warnings,
@@ -232,6 +243,7 @@ def main():
         configmaps=configmaps(settings, settings["namespace"], dump_yaml),
         cluster_policy_patch=cluster_policy_patch(settings),
         mig_config_names=config_names,
+        device_plugin_config_selection=device_plugin_config_selection(settings),
     )
 
 

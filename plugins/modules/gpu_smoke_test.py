@@ -263,7 +263,8 @@ def main():
         command=dict(type="list", elements="str", default=["nvidia-smi", "-L"]),
         runtime_class_name=dict(type="str"),
         timeout=dict(type="int", default=300),
-    ), supports_check_mode=True)
+    ), names={"namespace": "namespace", "targets[].node": "name"}, numbers={"timeout": {"above": 0}},
+        supports_check_mode=True)
     module.run(smoke, node=sorted(set(target["node"] for target in module.params["targets"])))
 
 

@@ -962,7 +962,9 @@ def main():
             description=dict(type="str", default=""),
             release=dict(type="bool", default=False),
         )),
-    ), supports_check_mode=True)
+    ), names={"nodes[]": "name", "operator_namespace": "namespace", "lock.name": "name", "lock.namespace": "namespace"},
+        numbers={"grace_period": {"minimum": 0}, "eviction_retry_delay": {"minimum": 0}, "lock.duration": {"minimum": 10}},
+        supports_check_mode=True)
     params = module.params
     if not (params["config"] or "").strip():
         module.fail_json(msg="config is empty: name the MIG config to roll out (e.g. all-balanced)")

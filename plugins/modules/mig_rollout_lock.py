@@ -141,7 +141,8 @@ def main():
         duration=dict(type="int", default=120),
         description=dict(type="str", default=""),
         break_lock=dict(type="bool", default=False),
-    ), supports_check_mode=True)
+    ), names={"name": "name", "namespace": "namespace"},
+        supports_check_mode=True)
     if module.params["duration"] < 10:
         module.fail_json(msg="duration must be at least 10 seconds, got %s" % module.params["duration"])
     module.run(take_or_release)

@@ -410,7 +410,9 @@ def main():
         verify_timeout=dict(type="int", default=180),
         hardware=dict(type="dict"),
         log_lines=dict(type="int", default=100),
-    ), supports_check_mode=True,
+    ), names={"name": "name", "operator_namespace": "namespace"},
+        numbers={"timeout": {"above": 0}, "verify_timeout": {"above": 0}, "log_lines": {"minimum": 0}},
+        supports_check_mode=True,
         required_if=[("action", "preflight", ["config"]), ("action", "apply", ["config"])])
     module.run(act, node=module.params["name"])
 

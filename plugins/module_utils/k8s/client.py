@@ -89,8 +89,15 @@ def _load_configuration(params):
     kubeconfig = params.get("kubeconfig")
     context = params.get("context")
     host = params.get("host")
+    if kubeconfig is not None and not isinstance(kubeconfig, (dict, str)):
+        raise KubeAuthError("kubeconfig must be a path or a mapping (a kubeconfig's content), got %s"
+                            % type(kubeconfig).__name__)
     if isinstance(kubeconfig, dict):
-        k8s_config.load_kube_config_from_dict(kubeconfig, context=context, client_configuration=configuration)
+        try:
+            k8s_config.load_kube_config_from_dict(kubeconfig, context=context, client_configuration=configuration)
+        except (k8s_config.ConfigException, TypeError, ValueError, KeyError, AttributeError) as exc:
+            # The client's own check of the mapping (ConfigException) or its failure on a wrongly typed field.
+            raise KubeAuthError("cannot load kubeconfig (the mapping given): %s" % (exc or type(exc).__name__))
     elif kubeconfig or not host:
         path = os.path.expanduser(kubeconfig) if kubeconfig else None
         default_path = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0])

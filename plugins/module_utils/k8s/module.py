@@ -32,8 +32,11 @@ __metaclass__ = type
 
 import re
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
+
+# AnsibleModule that names the option when a value cannot fill its suboptions (checks.CheckedModule).
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.checks import CheckedModule as AnsibleModule
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.checks import input_problems, refuse
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
@@ -158,10 +161,12 @@ class KubeModule(object):
     """An AnsibleModule with the kube_auth options, a lazily built API client and one-line failures.
 
     ``argument_spec`` is the module's own options; the kube_auth options are added (a module may not
-    redefine them). Every other keyword goes to ``AnsibleModule``.
+    redefine them). ``names`` ({option path: "name"|"namespace"}) and ``numbers`` ({option path: bounds}) are
+    checked right after the argument spec (``checks.input_problems``), before any API call; a bad value fails
+    the module naming the option, changed=false. Every other keyword goes to ``AnsibleModule``.
     """
 
-    def __init__(self, argument_spec, **kwargs):
+    def __init__(self, argument_spec, names=None, numbers=None, **kwargs):
         overlap = sorted(set(argument_spec) & set(AUTH_ARG_SPEC))
         if overlap:
             raise ValueError("options %s are kube_auth options, defined once in k8s.client" % ", ".join(overlap))
@@ -170,6 +175,7 @@ class KubeModule(object):
         self.module = AnsibleModule(argument_spec=spec, **kwargs)
         self._api_client = None
         self.server = server_of(self.params.get("host"))
+        refuse(self.module, input_problems(self.params, names, numbers))
 
     def __getattr__(self, name):
         # params, check_mode, warn, exit_json, fail_json, _diff ...: as the wrapped AnsibleModule has them.

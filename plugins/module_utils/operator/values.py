@@ -15,7 +15,10 @@ __metaclass__ = type
 import copy
 import re
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_GPU, parse_resource
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.device_plugin_config import (
+    check_config,
+    selection_text,
+)
 
 MIG_STRATEGIES = ("none", "single", "mixed")  # ClusterPolicy spec.mig.strategy enum (clusterpolicy_types.go)
 MIG_DEFAULT_CONFIGS = ("all-disabled", "")  # CRD enum of spec.migManager.config.default (clusterpolicy_types.go)
@@ -41,13 +44,6 @@ DEPRECATED_VALUES = {
                                "itself (ClusterPolicy CRD v26.7.0); remove it from extra_values",
 }
 
-# Device-plugin config file: top-level fields and sharing strategies (NVIDIA/k8s-device-plugin api/config/v1/config.go,
-# README "With CUDA Time-Slicing").
-_DP_TOP_LEVEL = frozenset(("version", "flags", "resources", "sharing", "imex"))
-_DP_SHARING = frozenset(("timeSlicing", "mps"))
-_DP_SHARING_FIELDS = frozenset(("renameByDefault", "failRequestsGreaterThanOne", "resources"))
-_DP_RESOURCE_FIELDS = frozenset(("name", "replicas", "rename", "devices"))
-_MIG_RESOURCE_PROFILE = re.compile(r"^[0-9]+g\.[0-9]+gb([.+-][a-z.]+)?$")
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -91,81 +87,31 @@ def _flatten(tree, prefix=""):
     return flat
 
 
-def _check_k8s_name(what, name, problems):
-    if not name or len(name) > 253 or not _K8S_NAME.match(name):
+def _check_k8s_name(what, name, problems, limit=253):
+    if not isinstance(name, str) or not name or len(name) > limit or not _K8S_NAME.match(name) or ".." in name \
+            or (limit == 63 and "." in name):
         problems.append("%s %r is not a valid Kubernetes object name" % (what, name))
+
+
+def device_plugin_config_findings(configs, mig_strategy):
+    """(problems, warnings, {name: effect}) of a named set of device-plugin configs used under the operator's
+    ``mig_strategy``: a config is a problem exactly when NVIDIA's device plugin would refuse it (see
+    device_plugin_config.check_config); ``effect`` is {'sharing', 'resources'} of each accepted config."""
+    if not isinstance(configs, dict) or not configs:
+        return ["device_plugin_config must be a non-empty mapping of config name to device-plugin config"], [], {}
+    problems, warnings, effects = [], [], {}
+    for name in sorted(configs, key=str):
+        found, warned, effect = check_config("device_plugin_config[%s]" % name, configs[name], mig_strategy)
+        problems.extend(found)
+        warnings.extend(warned)
+        if effect is not None:
+            effects[name] = effect
+    return problems, warnings, effects
 
 
 def device_plugin_config_problems(configs, mig_strategy):
     """Problems of a named set of device-plugin configs (time-slicing or MPS; NVIDIA/k8s-device-plugin api/config/v1)."""
-    problems = []
-    if not isinstance(configs, dict) or not configs:
-        return ["device_plugin_config must be a non-empty mapping of config name to device-plugin config"]
-    for name, config in sorted(configs.items()):
-        where = "device_plugin_config[%s]" % name
-        if not isinstance(config, dict):
-            problems.append("%s must be a mapping" % where)
-            continue
-        unknown = sorted(set(config) - _DP_TOP_LEVEL)
-        if unknown:
-            problems.append("%s has unknown field(s) %s (known: %s)" % (where, ", ".join(unknown), ", ".join(sorted(_DP_TOP_LEVEL))))
-        if config.get("version") != "v1":
-            problems.append("%s.version must be 'v1', got %r" % (where, config.get("version")))
-        flag_strategy = _get(config, ("flags", "migStrategy"))
-        if flag_strategy is not None and flag_strategy not in MIG_STRATEGIES:
-            problems.append("%s.flags.migStrategy %r is not one of %s" % (where, flag_strategy, "|".join(MIG_STRATEGIES)))
-        # The operator sets MIG_STRATEGY on the device plugin and GFD from the ClusterPolicy, and that env wins
-        # over flags.migStrategy in the file (NVIDIA/k8s-device-plugin api/config/v1/flags.go; NVIDIA/gpu-operator
-        # controllers/object_controls.go applyMIGConfiguration): the file's flag only counts without the operator's.
-        effective_strategy = mig_strategy or flag_strategy
-        sharing = config.get("sharing") or {}
-        if not isinstance(sharing, dict):
-            problems.append("%s.sharing must be a mapping" % where)
-            continue
-        unknown = sorted(set(sharing) - _DP_SHARING)
-        if unknown:
-            problems.append("%s.sharing has unknown field(s) %s (known: mps, timeSlicing)" % (where, ", ".join(unknown)))
-        if "timeSlicing" in sharing and "mps" in sharing:
-            problems.append("%s.sharing sets both timeSlicing and mps; they are mutually exclusive" % where)
-        if "mps" in sharing and effective_strategy == "mixed":
-            # The device plugin refuses this combination: "using --mig-strategy=mixed is not supported with MPS"
-            # (NVIDIA/k8s-device-plugin cmd/nvidia-device-plugin/main.go).
-            problems.append("%s uses MPS sharing with MIG strategy mixed, which the device plugin rejects" % where)
-        for kind in sorted(set(sharing) & _DP_SHARING):
-            block = sharing[kind] or {}
-            if not isinstance(block, dict):
-                problems.append("%s.sharing.%s must be a mapping" % (where, kind))
-                continue
-            unknown = sorted(set(block) - _DP_SHARING_FIELDS)
-            if unknown:
-                problems.append("%s.sharing.%s has unknown field(s) %s" % (where, kind, ", ".join(unknown)))
-            resources = block.get("resources")
-            if not isinstance(resources, list) or not resources:
-                problems.append("%s.sharing.%s.resources must be a non-empty list" % (where, kind))
-                continue
-            for index, resource in enumerate(resources):
-                rwhere = "%s.sharing.%s.resources[%d]" % (where, kind, index)
-                if not isinstance(resource, dict):
-                    problems.append("%s must be a mapping" % rwhere)
-                    continue
-                unknown = sorted(set(resource) - _DP_RESOURCE_FIELDS)
-                if unknown:
-                    problems.append("%s has unknown field(s) %s" % (rwhere, ", ".join(unknown)))
-                rname = resource.get("name", "")
-                parsed = parse_resource(str(rname))
-                if not parsed or parsed["shared"] or not (
-                        str(rname) == RESOURCE_GPU or _MIG_RESOURCE_PROFILE.match(parsed["profile"] or "")):
-                    problems.append("%s.name %r is not nvidia.com/gpu or a nvidia.com/mig-<profile> resource" % (rwhere, rname))
-                elif parsed["kind"] == "mig" and effective_strategy != "mixed":
-                    # MIG resources exist only under the mixed strategy (NVIDIA/k8s-device-plugin internal/rm/rm.go).
-                    problems.append("%s shares %s but MIG strategy is %s; MIG resources are advertised only under mixed"
-                                    % (rwhere, rname, effective_strategy))
-                replicas = resource.get("replicas")
-                # replicas < 2 cannot be parsed by the device plugin or GFD, which then exit
-                # (NVIDIA/k8s-device-plugin api/config/v1/replicas.go, ReplicatedResource.UnmarshalJSON).
-                if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
-                    problems.append("%s.replicas must be an integer >= 2, got %r" % (rwhere, replicas))
-    return problems
+    return device_plugin_config_findings(configs, mig_strategy)[0]
 
 
 def settings_problems(settings, mig_config_problems=None):
@@ -175,6 +121,9 @@ def settings_problems(settings, mig_config_problems=None):
     (it needs the GPU models of the inventory, so the caller runs it).
     """
     problems = list(mig_config_problems or [])
+    # Names of what the role creates: checked whether or not a config is given, before anything is applied.
+    if settings.get("namespace") is not None:
+        _check_k8s_name("namespace", settings["namespace"], problems, limit=63)
     strategy = settings.get("mig_strategy")
     if strategy not in MIG_STRATEGIES:
         problems.append("mig_strategy %r is not one of %s" % (strategy, "|".join(MIG_STRATEGIES)))
@@ -184,21 +133,19 @@ def settings_problems(settings, mig_config_problems=None):
     if settings.get("mig_config") is not None:
         if not settings.get("mig_manager_enabled", True):
             problems.append("mig_config is set but mig_manager_enabled is false: nothing would apply it")
+    if settings.get("mig_config") is not None or settings.get("mig_config_name") is not None:
         _check_k8s_name("mig_config_name", settings.get("mig_config_name"), problems)
     if settings.get("mig_with_reboot") and not settings.get("mig_manager_enabled", True):
         problems.append("mig_with_reboot is true but mig_manager_enabled is false")
+    if settings.get("device_plugin_config") is not None or settings.get("device_plugin_config_name") is not None:
+        _check_k8s_name("device_plugin_config_name", settings.get("device_plugin_config_name"), problems)
     if settings.get("device_plugin_config") is not None:
         configs = settings["device_plugin_config"]
         problems.extend(device_plugin_config_problems(configs, strategy))
-        _check_k8s_name("device_plugin_config_name", settings.get("device_plugin_config_name"), problems)
         default = settings.get("device_plugin_config_default")
         if isinstance(configs, dict) and default and default not in configs:
             problems.append("device_plugin_config_default %r names no entry of device_plugin_config (has: %s)"
                             % (default, ", ".join(sorted(configs))))
-        if isinstance(configs, dict) and not default and len(configs) > 1 and "default" not in configs:
-            # The plugin infers the default only from a key named 'default' or a single key
-            # (NVIDIA/k8s-device-plugin README, per-node configuration).
-            problems.append("device_plugin_config has several entries and no 'default' one: set device_plugin_config_default")
     elif settings.get("device_plugin_config_default"):
         problems.append("device_plugin_config_default is set but device_plugin_config is empty")
     extra = settings.get("extra_values") or {}
@@ -307,7 +254,30 @@ def settings_warnings(settings):
             node = node.get(key, _MISSING) if isinstance(node, dict) else _MISSING
         if node is not _MISSING:
             warnings.append("extra_values sets %s=%r, which %s" % (path, node, why))
+    return warnings + device_plugin_config_warnings(settings)
+
+
+def device_plugin_config_warnings(settings):
+    """What the device plugin ignores in the configs, and unlabelled nodes that get no sharing although a
+    config looks like a default (the operator's config manager never picks a key by its name or count)."""
+    configs = settings.get("device_plugin_config")
+    if not isinstance(configs, dict) or not configs:
+        return []
+    warnings = device_plugin_config_findings(configs, settings.get("mig_strategy"))[1]
+    if not settings.get("device_plugin_config_default") and ("default" in configs or len(configs) == 1):
+        warnings.append("device_plugin_config has %s but device_plugin_config_default is unset: nodes without the "
+                        "nvidia.com/device-plugin.config label get no sharing (the GPU Operator runs the config manager "
+                        "with FALLBACK_STRATEGIES=empty); set device_plugin_config_default to use it there"
+                        % ("a key named 'default'" if "default" in configs else "a single config %r" % next(iter(configs))))
     return warnings
+
+
+def device_plugin_config_selection(settings):
+    """One line: which nodes get which device-plugin config (None when the role manages none)."""
+    configs = settings.get("device_plugin_config")
+    if not isinstance(configs, dict) or not configs:
+        return None
+    return selection_text(configs, settings.get("device_plugin_config_default"))
 
 
 def single_strategy_warnings(settings, mixed_profile_configs):

@@ -235,6 +235,10 @@ def _drift_findings(summary, label_plan, gpus, plan_error):
             "GFD labels the node %s: mig-strategy=single with more than one profile or mixed MIG modes"
             % summary["product_label"],
             "use one all-<profile> config on this node, or switch the cluster to the mixed strategy"))
+    for problem in cluster_facts.sharing_problems(summary):
+        findings.append(_finding("drift", "warning", name, "time-slicing/MPS labels disagree: %s" % problem,
+                                 "check the device-plugin config the node gets (nvidia.com/device-plugin.config) "
+                                 "and that GPU Feature Discovery restarted after it changed"))
     if plan_error:
         findings.append(_finding("drift", "error", name, "mig.config=%s cannot be applied here: %s"
                                  % (summary["mig_config"], plan_error),
@@ -458,6 +462,7 @@ def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_sour
             "state_since": iso(since), "state_seconds": int((now - since).total_seconds()) if since else None,
             "deploy_paused": summary["deploy_paused"], "ready": summary["ready"],
             "unschedulable": summary["unschedulable"], "allocatable": summary["allocatable"],
+            "replicas": summary["replicas"], "sharing_strategy": summary["sharing_strategy"],
             "requested": dict(requested), "gpus": gpus,
             "findings": len(node_findings),
         })
@@ -505,6 +510,8 @@ REPORT_SCHEMA = {
                 "ready": {"type": "boolean"},
                 "unschedulable": {"type": "boolean"},
                 "allocatable": _COUNTS,
+                "replicas": {"type": "integer", "minimum": 1},
+                "sharing_strategy": {"type": "string"},
                 "requested": _COUNTS,
                 "findings": {"type": "integer"},
                 "gpus": {"type": "array", "items": {

@@ -25,6 +25,8 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     LABEL_MIG_STATE,
     LABEL_MIG_STRATEGY,
     LABEL_PRODUCT,
+    LABEL_REPLICAS,
+    LABEL_SHARING_STRATEGY,
     PAUSED_VALUE,
     deploy_labels,
     mixed_mig_counts,
@@ -33,6 +35,8 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     node_ready,
     nvidia_labels,
     parse_product,
+    parse_resource,
+    replicas,
     to_int,
     unschedulable,
 )
@@ -66,6 +70,11 @@ def node_summary(node):
         "mig_config": labels.get(LABEL_MIG_CONFIG),
         "mig_config_state": labels.get(LABEL_MIG_STATE),
         "mig_invalid": parsed["mig_invalid"],
+        # Time-slicing / MPS as GFD labels it (NVIDIA/k8s-device-plugin internal/lm/resource.go): shares per
+        # device (1 = not shared), the strategy, and whether the product carries GFD's -SHARED suffix.
+        "replicas": replicas(labels),
+        "sharing_strategy": labels.get(LABEL_SHARING_STRATEGY) or "none",
+        "product_shared": parsed["shared"],
         "mig_devices": mig_devices,
         "deploy_labels": deploy,
         "deploy_paused": sorted(k for k, v in deploy.items() if v == PAUSED_VALUE),
@@ -75,6 +84,32 @@ def node_summary(node):
         "unschedulable": unschedulable(node),
         "labels": nvidia_labels(labels),
     }
+
+
+def sharing_problems(summary):
+    """Where GFD's time-slicing/MPS labels disagree with each other or with allocatable ([] = consistent; never raises).
+
+    NVIDIA/k8s-device-plugin internal/lm/resource.go: ``<resource>.replicas`` > 1 goes with ``sharing-strategy``
+    time-slicing or mps, and ``-SHARED`` ends the product of a shared resource that keeps its name; the device
+    plugin advertises ``<resource>.shared`` with renameByDefault."""
+    labels = summary.get("labels") or {}
+    shares = summary.get("replicas") or 1
+    strategy = summary.get("sharing_strategy") or "none"
+    problems = []
+    if shares > 1 and strategy not in ("time-slicing", "mps"):
+        problems.append("label %s=%d but %s is %r (time-slicing or mps expected)" % (LABEL_REPLICAS, shares, LABEL_SHARING_STRATEGY, strategy))
+    if shares <= 1 and strategy in ("time-slicing", "mps"):
+        problems.append("label %s=%s but %s is %r (more than 1 expected)"
+                        % (LABEL_SHARING_STRATEGY, strategy, LABEL_REPLICAS, labels.get(LABEL_REPLICAS)))
+    if summary.get("product_shared") and shares <= 1:
+        problems.append("label %s=%s says shared but %s is %r"
+                        % (LABEL_PRODUCT, summary.get("product_label"), LABEL_REPLICAS, labels.get(LABEL_REPLICAS)))
+    for resource, count in sorted((summary.get("allocatable") or {}).items()):
+        parsed = parse_resource(resource)
+        if count and parsed and parsed["shared"] and replicas(labels, parsed["base"]) <= 1:
+            problems.append("allocatable %s=%d is a shared resource but label %s.replicas is %r"
+                            % (resource, count, parsed["base"], labels.get(parsed["base"] + ".replicas")))
+    return problems
 
 
 def group_safe(value):

@@ -161,12 +161,14 @@ def render_html(report):
         out.append("<p>No findings.</p>")
     out.append("</div><h2>Nodes</h2>")
     for node in report["nodes"]:
+        sharing = node.get("sharing_strategy") or "none"
         out.append('<div class="node" id="node-%s"><h3>%s</h3><p>%s &middot; strategy %s &middot; mig.config %s '
-                   "(%s%s) &middot; allocatable %s &middot; requested %s</p>"
+                   "(%s%s)%s &middot; allocatable %s &middot; requested %s</p>"
                    % (escape(node["name"]), escape(node["name"]), escape(node["model"] or "unknown model"),
                       escape(node["mig_strategy"]), escape(node["mig_config"] or "unset"),
                       escape(node["mig_config_state"] or "no state"),
                       ", %ds" % node["state_seconds"] if node["state_seconds"] is not None else "",
+                      "" if sharing == "none" else " &middot; shared %s x%s" % (escape(sharing), escape(str(node.get("replicas")))),
                       escape(resource_counts(node["allocatable"])), escape(resource_counts(node["requested"]))))
         for gpu in node["gpus"]:
             out.append('<div class="gpubox"><div>GPU %d &middot; %s</div>%s</div>'

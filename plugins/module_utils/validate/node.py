@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     LABEL_MEMORY,
     LABEL_MIG_STRATEGY,
     LABEL_PRODUCT,
+    PRODUCT_SHARED_SUFFIX,
     RESOURCE_GPU,
     devices_advertised,
     mig_count_label,
@@ -29,7 +30,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     resource_profile,
     single_mig_product_label,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.cluster_facts import node_summary
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.cluster_facts import node_summary, sharing_problems
 
 
 def _mig_enabled(gpu):
@@ -105,6 +106,7 @@ def _label_vs_allocatable(summary, strategy, problems):
     if summary["mig_invalid"]:
         problems.append("label %s=%s: GFD found a MIG layout the single strategy cannot advertise"
                         % (LABEL_PRODUCT, summary["product_label"]))
+    problems.extend(sharing_problems(summary))
     if total == 0:
         problems.append("device plugin advertises 0 GPU resources (allocatable has no nvidia.com/gpu or nvidia.com/mig-*)")
     if strategy == "mixed":
@@ -120,6 +122,12 @@ def _label_vs_allocatable(summary, strategy, problems):
                 problems.append("allocatable %s=%d has no %s label" % (resource, advertised, mig_count_label(profile)))
     elif label_count is not None and allocatable.get(RESOURCE_GPU, 0) != label_count and not summary["mig_invalid"]:
         problems.append("label %s=%d but allocatable %s=%d" % (LABEL_COUNT, label_count, RESOURCE_GPU, allocatable.get(RESOURCE_GPU, 0)))
+
+
+def _product_without_sharing(summary):
+    """The product label as the hardware gives it: GFD's -SHARED suffix (time-slicing/MPS) removed."""
+    product = summary["product_label"] or ""
+    return product[:-len(PRODUCT_SHARED_SUFFIX)] if summary["product_shared"] else product
 
 
 def _labels_vs_hardware(summary, strategy, hardware, problems):
@@ -152,7 +160,7 @@ def _labels_vs_hardware(summary, strategy, hardware, problems):
         profiles = sorted(view["mig_devices"])
         if len(profiles) == 1 and view["full_gpus"] == 0:
             expected = single_mig_product_label(view["models"][0] if len(view["models"]) == 1 else "?", profiles[0])
-            if summary["product_label"] != expected:
+            if _product_without_sharing(summary) != expected:
                 problems.append("label %s=%s but the hardware's MIG layout gives %s" % (LABEL_PRODUCT, summary["product_label"], expected))
             if allocatable.get(RESOURCE_GPU, 0) != view["mig_devices"][profiles[0]]:
                 problems.append("allocatable %s=%d but the hardware has %d %s MIG devices"

@@ -21,7 +21,7 @@ STATIC_CONFIG_MAP = NVIDIA_DIR / "gpu-operator-v26.7.0" / "assets" / "state-mig-
 def nvidia_static_configs():
     """mig-configs of NVIDIA's default-mig-parted-config (v26.7.0)."""
     if not STATIC_CONFIG_MAP.exists():
-        pytest.skip("NVIDIA's v26.7.0 MIG Manager assets not at %s (set GPUFLEET_NVIDIA_DIR)" % STATIC_CONFIG_MAP)
+        pytest.fail("NVIDIA's v26.7.0 MIG Manager assets not at %s (set GPUFLEET_NVIDIA_DIR)" % STATIC_CONFIG_MAP)
     return yaml.safe_load(yaml.safe_load(STATIC_CONFIG_MAP.read_text())["data"]["config.yaml"])["mig-configs"]
 
 
@@ -210,3 +210,18 @@ def test_time_slicing_multiplies_and_renames():
     by_default = operands.time_slicing({"sharing": {"timeSlicing": {"renameByDefault": True,
                                                                     "resources": [{"name": "nvidia.com/gpu", "replicas": 3}]}}})
     assert by_default == {"nvidia.com/gpu": (3, "nvidia.com/gpu.shared")}
+
+
+@pytest.mark.parametrize("keys, label, default, expected", [
+    (["a", "b"], "b", None, ("b", None)),
+    (["a", "b"], None, "a", ("a", None)),
+    (["a", "b"], "b", "a", ("b", None)),
+    # NVIDIA's config manager under the GPU Operator (FALLBACK_STRATEGIES=empty): no label, no default -> no config,
+    # even with a key named `default` or a single key (cmd/config-manager/main.go updateConfigName).
+    (["default", "b"], None, None, (None, None)),
+    (["only"], None, None, (None, None)),
+    (["a"], "missing", None, (None, "specified config missing does not exist")),
+    (["a"], None, "missing", (None, "specified config missing does not exist")),
+])
+def test_device_plugin_config_selection_follows_the_config_manager(keys, label, default, expected):
+    assert operands.select_plugin_config(keys, label, default) == expected

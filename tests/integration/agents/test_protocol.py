@@ -16,7 +16,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES
+from tests.testbed import oracle
+from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES, nvml_lib_dir
 from tests.testbed.gpusim import hoststate
 
 STATE = "nvidia.com/mig.config.state"
@@ -174,6 +175,40 @@ def test_new_node_gets_operator_labels_gfd_labels_and_gpus(gpu_cluster, add_gpu_
     assert generated.metadata.owner_references[0].kind == "Pod"
     gpu_cluster.testbed.wait_for(lambda: gpu_cluster.policy().get("status", {}).get("state") == "ready", 60,
                                  "ClusterPolicy ready")
+
+
+def test_gfd_labels_are_nvidias_gfd_output(gpu_cluster, add_gpu_node):
+    """The agents label the node with what NVIDIA's GFD v0.18.0 binary writes for its simulated host (pytest_agents
+    passes --gfd-binary); only gpu.mode differs (GFD reads it from sysfs, which the simulated host lacks)."""
+    name = ready_node(gpu_cluster, add_gpu_node, "nvgfd", "A100-SXM4-40GB", 2)
+    expected = oracle.run_gfd(gpu_cluster.state_path(name), nvml_lib_dir(), "mixed")
+    expected["nvidia.com/gpu.mode"] = "compute"
+    labels = gpu_cluster.labels(name)
+    assert {k: labels.get(k) for k in expected} == expected
+    assert "nvidia.com/gpu.machine" in labels  # written by NVIDIA's binary only, not by the re-implementation
+
+
+def test_no_config_label_and_no_default_means_no_sharing(gpu_cluster, add_gpu_node):
+    """NVIDIA's config manager under the operator (FALLBACK_STRATEGIES=empty): without the node label and without
+    devicePlugin.config.default a node gets no config, even when a key is named `default`; the label picks one."""
+    core = gpu_cluster.testbed.core
+    config = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+    core.create_namespaced_config_map("gpu-operator", client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="ts-default-key"), data={"default": config}))
+    try:
+        name = ready_node(gpu_cluster, add_gpu_node, "nodefault", "H100-80GB-HBM3", 2)
+        gpu_cluster.patch_policy({"devicePlugin": {"config": {"name": "ts-default-key", "default": ""}}})
+        time.sleep(3)  # a few rescans: nothing may change
+        labels = gpu_cluster.labels(name)
+        assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.replicas"]) == ("NVIDIA-H100-80GB-HBM3", "1")
+        assert gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "2"
+        core.patch_node(name, {"metadata": {"labels": {"nvidia.com/device-plugin.config": "default"}}})
+        gpu_cluster.wait_labels(name, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED",
+                                       "nvidia.com/gpu.replicas": "2"}, timeout=30)
+        gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "4", 30, "2 GPUs x 2")
+    finally:
+        gpu_cluster.patch_policy({"devicePlugin": {"config": None}})
+        core.delete_namespaced_config_map("ts-default-key", "gpu-operator")
 
 
 def test_existing_deploy_label_values_are_honoured(gpu_cluster, add_gpu_node):

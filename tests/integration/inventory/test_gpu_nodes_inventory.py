@@ -7,6 +7,8 @@ import uuid
 
 import pytest
 
+from tests.testbed.operator import NFD_GPU_NODE_LABELS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ANSIBLE_INVENTORY = os.path.join(ROOT, ".venv", "bin", "ansible-inventory")
 
@@ -80,8 +82,13 @@ def write_source(directory, name="cluster.gpu_nodes.yml", **options):
 
 
 @pytest.fixture
-def fleet(testbed):
-    """Four nodes of this test run (selected by a per-run label): H100 mixed, A100 single pending, L4, CPU."""
+def fleet(testbed, gpu_cluster):
+    """Four nodes of this test run (selected by a per-run label): H100 mixed, A100 single pending, L4, CPU.
+
+    The GPU nodes carry NFD's PCI label as real ones do: NVIDIA's controller treats a node with
+    nvidia.com/gpu.present=true but no NFD NVIDIA-PCI label as one that lost its GPUs and strips every
+    gpu.deploy.* label (controllers/state_manager.go labelGPUNodes), which undid the planted paused ones.
+    The fixture waits until the controller has labelled each GPU node, so the test reads a settled node."""
     run = "inv-" + uuid.uuid4().hex[:6]
     mark = {"test.gpufleet.io/run": run}
     nodes = {
@@ -92,7 +99,11 @@ def fleet(testbed):
     }
     for name, (labels, gpus) in nodes.items():
         resources = dict({"cpu": "32", "memory": "256Gi", "pods": "110"}, **gpus)
-        testbed.create_node(name, labels=dict(mark, **labels), capacity=resources, allocatable=resources)
+        nfd = NFD_GPU_NODE_LABELS if labels else {}
+        testbed.create_node(name, labels=dict(mark, **dict(nfd, **labels)), capacity=resources, allocatable=resources)
+    for name, (labels, _) in nodes.items():
+        if labels:
+            gpu_cluster.wait_labels(name, {"nvidia.com/gpu.deploy.operator-validator": "true"})
     yield run, "test.gpufleet.io/run=" + run
     for name in nodes:
         testbed.delete_node(name)
@@ -119,9 +130,6 @@ def test_graph_groups_by_model_strategy_config_and_state(testbed, fleet, tmp_pat
     assert not any(run + "-cpu" in hosts for hosts in members.values())
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known race since NVIDIA's real controller runs in the testbed: it reconciles this test's hand-labelled GPU "
-    "nodes and may reset their planted paused gpu.deploy.* labels before the test reads them (session-5 note)"))
 def test_list_host_vars_from_gfd_labels_and_allocatable(testbed, fleet, tmp_path):
     run, selector = fleet
     source = write_source(tmp_path, kubeconfig=testbed.kubeconfig, label_selector=selector)

@@ -59,7 +59,7 @@ def chart_path(name):
 @pytest.mark.parametrize("chart", ["v26.7.0", "v25.3.4-module"])
 def test_role_values_render_against_nvidia_chart(inventory, chart, tmp_path):
     if chart == "v26.7.0" and not (CHART_V26 / "Chart.yaml").exists():
-        pytest.skip("NVIDIA's v26.7.0 chart not at %s (set GPUFLEET_NVIDIA_DIR)" % CHART_V26)
+        pytest.fail("NVIDIA's v26.7.0 chart not at %s (set GPUFLEET_NVIDIA_DIR)" % CHART_V26)
     data = rendered_values(inventory, tmp_path)
     if inventory == "example":
         # The production pin itself.
@@ -94,7 +94,7 @@ def test_cluster_policy_changes_pass_server_side_dry_run_against_the_v26_crd(tes
     """The v26.7.0 CRD on a cluster of its own (no controller): the chart's ClusterPolicy for the role's values
     (MIG Manager env included) is created, then the role's ClusterPolicy merge patch passes a server-side dry-run against the CRD's schema."""
     if not (CHART_V26 / "Chart.yaml").exists():
-        pytest.skip("NVIDIA's v26.7.0 chart not at %s (set GPUFLEET_NVIDIA_DIR)" % CHART_V26)
+        pytest.fail("NVIDIA's v26.7.0 chart not at %s (set GPUFLEET_NVIDIA_DIR)" % CHART_V26)
     from tests.testbed.cluster import Cluster
     from tests.testbed.pytest_cluster import Testbed
 

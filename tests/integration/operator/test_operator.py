@@ -54,7 +54,7 @@ MPS = {"sharing": {"version": "v1", "sharing": {"mps": {"resources": [{"name": "
     ({"gpu_operator_mig_config": BAD_MIG_CONFIG}, "mig_config[typo][0]: profile 1g.7gb exists on no GPU model of the inventory"),
     ({"gpu_operator_mig_strategy": "dynamic"}, "gpu_operator_mig_strategy"),
     ({"gpu_operator_mig_strategy": "mixed", "gpu_operator_device_plugin_config": MPS},
-     "uses MPS sharing with MIG strategy mixed"),
+     "device_plugin_config[sharing].sharing.mps: MPS sharing with MIG strategy mixed"),
 ], ids=["unknown-profile", "bad-strategy", "mps-with-mixed"])
 def test_bad_settings_are_rejected_before_any_change(operator_sandbox, extra_vars, expected):
     result = operator_sandbox.site(extra_vars=extra_vars)

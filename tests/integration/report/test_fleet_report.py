@@ -13,15 +13,19 @@ import pytest
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.build import REPORT_SCHEMA
 
+from tests.testbed.operator import NFD_GPU_NODE_LABELS
+
 from .conftest import cluster_snapshot, run_report
 
 H100 = "NVIDIA H100 80GB HBM3"
 
 
 def gfd_labels(config, state, strategy="mixed", counts=None, product="NVIDIA-H100-80GB-HBM3", gpus=1, extra=None):
-    labels = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(gpus),
-              "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": strategy,
-              "nvidia.com/mig.config": config, "nvidia.com/mig.config.state": state}
+    # NFD's PCI label too: without it NVIDIA's controller strips the node's gpu.deploy.* labels (no GPUs any more).
+    labels = dict(NFD_GPU_NODE_LABELS)
+    labels.update({"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(gpus),
+                   "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": strategy,
+                   "nvidia.com/mig.config": config, "nvidia.com/mig.config.state": state})
     for profile, count in (counts or {}).items():
         labels["nvidia.com/mig-%s.count" % profile] = str(count)
     labels.update(extra or {})
@@ -33,8 +37,11 @@ def seven_1g(gi_base=7):
 
 
 @pytest.fixture
-def planted(testbed, report_run, dcgm_sim):
-    """Four nodes and three pods, each planting one finding; dcgm endpoints for the MIG nodes."""
+def planted(testbed, gpu_cluster, report_run, dcgm_sim):
+    """Four nodes and three pods, each planting one finding; dcgm endpoints for the MIG nodes.
+
+    NVIDIA's controller (gpu_cluster) labels the planted GPU nodes as it labels real ones; the fixture waits for it,
+    so the snapshot a test takes is of a settled cluster."""
     run = report_run
     one_g = {"nvidia.com/mig-1g.10gb": "7"}
     # drift: the label says all-1g.10gb (success) and GFD/allocatable agree, but the hardware holds 3g+2g+1g+1g.
@@ -62,6 +69,8 @@ def planted(testbed, report_run, dcgm_sim):
     testbed.wait_for(lambda: all(
         testbed.core.read_namespaced_pod(p.split("/")[1], run.namespace).status.phase == "Running"
         for p in (idle_pod, busy_pod)), 60, "planted pods Running on %s" % idle)
+    for node in (drift, stuck, idle):
+        gpu_cluster.wait_labels(node, {"nvidia.com/gpu.deploy.operator-validator": "true"})
     return {"drift": drift, "stuck": stuck, "idle": idle, "idle_pod": idle_pod, "busy_pod": busy_pod,
             "wanting": wanting, "wanting_3g": wanting_3g}
 
@@ -70,9 +79,6 @@ def findings_of(report, kind, node=None):
     return [f for f in report["findings"] if f["kind"] == kind and (node is None or f["node"] == node)]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known race since NVIDIA's real controller runs in the testbed: it reconciles this test's hand-labelled GPU "
-    "nodes and may reset their planted paused gpu.deploy.* labels before the test reads them (session-5 note)"))
 def test_report_names_each_planted_finding_and_changes_nothing(testbed, report_run, planted, dcgm_sim, prometheus,
                                                                tmp_path):
     server = prometheus(dict((n, dcgm_sim.target(n)) for n in (planted["drift"], planted["idle"])))

@@ -36,6 +36,8 @@ def _parser():
                          help="how often GFD/device plugin re-read the hardware")
         cmd.add_argument("--nvml-lib-dir", help="directory of the simulated libnvidia-ml.so.1 "
                          "(default: LD_LIBRARY_PATH as given)")
+        cmd.add_argument("--gfd-binary", help="NVIDIA's gpu-feature-discovery (tests/testbed/build-gfd.sh gfd): its labels "
+                                               "instead of the re-implemented ones (operands.gfd_labels)")
         cmd.add_argument("-v", "--verbose", action="store_true")
         if name == "start":
             cmd.add_argument("--pidfile", default=DEFAULT_PIDFILE)
@@ -58,7 +60,8 @@ def run(args):
     timing = Timing(apply_seconds=args.apply_seconds, slow_seconds=args.slow_seconds,
                     reboot_seconds=args.reboot_seconds, pod_wait_seconds=args.pod_wait_seconds,
                     rescan_seconds=args.rescan_seconds)
-    agents = Agents(args.kubeconfig, args.hosts_dir, args.namespace, timing)
+    agents = Agents(args.kubeconfig, args.hosts_dir, args.namespace, timing,
+                    gfd_binary=args.gfd_binary, nvml_lib_dir=args.nvml_lib_dir)
     signal.signal(signal.SIGTERM, lambda *_: agents.stop())
     signal.signal(signal.SIGINT, lambda *_: agents.stop())
     agents.start()

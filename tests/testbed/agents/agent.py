@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import logging
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.testbed import oracle
 from tests.testbed.agents import hardware, metrics, operands
 from tests.testbed.agents.kube import (LOG, Cache,
                                        api_client, ignore_missing)
@@ -43,7 +45,7 @@ class Timing:
 
 
 class Agents:
-    def __init__(self, kubeconfig, hosts_dir, namespace="gpu-operator", timing=None):
+    def __init__(self, kubeconfig, hosts_dir, namespace="gpu-operator", timing=None, gfd_binary=None, nvml_lib_dir=None):
         self.api = api_client(kubeconfig)
         self.cache = Cache(self.api)
         self.hosts_dir = Path(hosts_dir)
@@ -55,6 +57,9 @@ class Agents:
         self.thread = None
         self.exporters = {}    # node -> metrics.Exporter
         self.logs_crd = None  # whether kwok serves Logs objects (unknown until tried)
+        self.gfd_binary = gfd_binary  # NVIDIA's GFD: its labels win over the re-implementation
+        self.nvml_lib_dir = nvml_lib_dir
+        self.gfd_runs = {}  # node -> (inputs, labels) of its last GFD run
 
     # -- node classification ---------------------------------------------------------------
     def state_file(self, node):
@@ -148,9 +153,12 @@ class Agents:
         host = hardware.read_host(path)
         labels = dict(node["metadata"].get("labels") or {})
         patch = {}
-        shared = operands.time_slicing(self.plugin_config(name, labels))
+        config = self.plugin_config(name, labels)
+        shared = operands.time_slicing(config)
         if self.cache.running_pod(name, self.namespace, "gpu-feature-discovery"):
-            patch.update(self.gfd_patch(labels, host, shared))
+            wanted = self.nvidia_gfd_labels(name, path, config) if self.gfd_binary else None
+            if wanted is not None or not self.gfd_binary:
+                patch.update(self.gfd_patch(labels, host, shared, wanted))
         if patch:
             self.cache.core.patch_node(name, {"metadata": {"labels": patch}})
             for key, value in patch.items():
@@ -163,17 +171,17 @@ class Agents:
         self.mig_manager(name, labels)
 
     def plugin_config(self, node, labels):
-        """The device-plugin config this node uses: ClusterPolicy spec.devicePlugin.config.name ConfigMap,
-        key from label nvidia.com/device-plugin.config, else config.default, else `default`/the only key (§9.2)."""
+        """The device-plugin config this node uses: ClusterPolicy spec.devicePlugin.config.name ConfigMap, the key
+        the config manager picks (operands.select_plugin_config: label, else config.default, else none)."""
         spec = (self.cache.policy_spec().get("devicePlugin") or {}).get("config") or {}
         if not spec.get("name"):
             return None
         cm = ignore_missing(self.cache.core.read_namespaced_config_map, spec["name"], self.namespace)
         data = (cm.data if cm else None) or {}
-        key = labels.get(PLUGIN_CONFIG_LABEL)
-        if key not in data:
-            key = spec.get("default") or ("default" if "default" in data else (next(iter(data)) if len(data) == 1 else None))
-        if key not in data:
+        key, error = operands.select_plugin_config(data, labels.get(PLUGIN_CONFIG_LABEL), spec.get("default"))
+        if error:
+            LOG.warning("[%s] device-plugin config manager: %s", node, error)
+        if key is None:
             return None
         try:
             return yaml.safe_load(data[key])
@@ -181,8 +189,29 @@ class Agents:
             LOG.warning("[%s] device-plugin config %s/%s: %s", node, spec["name"], key, err)
             return None
 
-    def gfd_patch(self, labels, host, shared):
-        wanted = operands.apply_time_slicing_labels(operands.gfd_labels(host, self.strategy()), shared)
+    def nvidia_gfd_labels(self, name, path, config):
+        """NVIDIA's GFD (--oneshot) on this node's simulated host, under the operator's MIG strategy and the node's
+        device-plugin config; re-run only when the hardware, strategy or config changed. None when GFD failed
+        (as a crashing GFD pod, it leaves the labels as they are; the error goes to <node>.gfd.log)."""
+        text = yaml.safe_dump(config) if config else None
+        inputs = (os.stat(path).st_mtime_ns, self.strategy(), text)
+        last = self.gfd_runs.get(name)
+        if last and last[0] == inputs:
+            return dict(last[1])
+        try:
+            labels = oracle.run_gfd(path, self.nvml_lib_dir, inputs[1], text, gfd_binary=self.gfd_binary)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as err:
+            with open(self.log_path(name, "gfd"), "a", encoding="utf-8") as fh:
+                fh.write("%s %s\n" % (datetime.datetime.now().isoformat(), err))
+            return None
+        # GFD reads gpu.mode from the PCI class in sysfs, which the simulated host lacks: a real host says compute.
+        labels["nvidia.com/gpu.mode"] = "compute"
+        self.gfd_runs[name] = (inputs, labels)
+        return dict(labels)
+
+    def gfd_patch(self, labels, host, shared, wanted=None):
+        if wanted is None:
+            wanted = operands.apply_time_slicing_labels(operands.gfd_labels(host, self.strategy()), shared)
         patch = {k: v for k, v in wanted.items() if labels.get(k) != v}
         patch.update({k: None for k in labels if operands.is_gfd_label(k) and k not in wanted
                       and k != "nvidia.com/gfd.timestamp"})

@@ -1,7 +1,8 @@
 """What GPU Feature Discovery and the device plugin derive from a host's GPUs (pure, no I/O).
 
 Follows NVIDIA/k8s-device-plugin v0.20.0 (GFD internal/lm, device plugin internal/rm) as summarised
-in reference nvidia-gpu-operator-and-mig.md §6.
+in reference nvidia-gpu-operator-and-mig.md §6. tests/integration/oracle/test_gfd_matrix.py checks gfd_labels and
+the time-slicing labels against NVIDIA's GFD v0.18.0 binary on the same simulated hosts.
 """
 
 import collections
@@ -97,6 +98,12 @@ def gfd_labels(host, strategy):
         "nvidia.com/cuda.runtime-version.major": str(cuda_major),
         "nvidia.com/cuda.runtime-version.minor": str(cuda_minor),
         "nvidia.com/cuda.runtime-version.full": "%d.%d" % (cuda_major, cuda_minor),
+        # The older spellings GFD v0.18.0 still writes beside them (internal/lm/nvml.go, newVersionLabeler).
+        "nvidia.com/cuda.driver.major": driver[0],
+        "nvidia.com/cuda.driver.minor": driver[1] if len(driver) > 1 else "",
+        "nvidia.com/cuda.driver.rev": driver[2] if len(driver) > 2 else "",
+        "nvidia.com/cuda.runtime.major": str(cuda_major),
+        "nvidia.com/cuda.runtime.minor": str(cuda_minor),
         "nvidia.com/gpu.mode": "compute",
         "nvidia.com/mig.capable": "true" if any(g.mig_capable for g in gpus) else "false",
         "nvidia.com/mps.capable": "false",
@@ -133,6 +140,22 @@ def gfd_labels(host, strategy):
         # '+' is not allowed in label keys or values: named like the resource (+ -> ., §6.3)
         labels.update(_mig_labels(mig_resource_name(profile), model[devices[0].gpu], devices[0], len(devices)))
     return labels
+
+
+def select_plugin_config(keys, label_value, default):
+    """(key or None, error or None): the device-plugin config the config manager gives a node
+    (NVIDIA/k8s-device-plugin cmd/config-manager/main.go updateConfigName, as the GPU Operator runs it:
+    DEFAULT_CONFIG=devicePlugin.config.default, FALLBACK_STRATEGIES=empty). The key the node's label names,
+    else the default, else none (an empty config: no sharing); a key named `default` or a single key is not
+    picked up by itself. A label or default naming a missing key is an error (the config manager exits)."""
+    keys = set(keys or ())
+    if not keys:
+        return None, "no configuration files available"
+    if label_value:
+        return (label_value, None) if label_value in keys else (None, "specified config %s does not exist" % label_value)
+    if default:
+        return (default, None) if default in keys else (None, "specified config %s does not exist" % default)
+    return None, None
 
 
 def time_slicing(config):

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.testbed import operator as real_operator
+from tests.testbed import oracle
 from tests.testbed.agents.agent import FAULT_ANNOTATION, FAULTS, STATE_ANNOTATION
 from tests.testbed.gpusim import hoststate
 
@@ -65,7 +66,7 @@ class GpuAgents:
         self.start_controller()
         argv = [sys.executable, "-m", "tests.testbed.agents", "run", "--kubeconfig", self.testbed.kubeconfig,
                 "--hosts-dir", str(self.hosts_dir), "--namespace", self.namespace,
-                "--nvml-lib-dir", str(nvml_lib_dir()), *TEST_TIMING, *extra_args]
+                "--nvml-lib-dir", str(nvml_lib_dir()), "--gfd-binary", oracle.binary("gfd"), *TEST_TIMING, *extra_args]
         log = open(self.log_file, "ab")  # pylint: disable=consider-using-with  # the child writes it
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT))
         time.sleep(0.5)

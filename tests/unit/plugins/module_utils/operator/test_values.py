@@ -64,20 +64,37 @@ def test_extra_values_merge_and_env_entries_are_appended():
     (dict(extra_values={"mig": {"strategy": "single"}}), "extra_values sets mig.strategy='single'"),
     (dict(extra_values={"migManager": {"env": [{"name": "WITH_REBOOT", "value": "true"}]}}), "use the mig_with_reboot"),
     (dict(extra_values={"notAChartKey": {}}), "extra_values has key(s) notAChartKey"),
-    (dict(device_plugin_config={"ts": time_slicing(kind="mps")}), "uses MPS sharing with MIG strategy mixed"),
-    (dict(device_plugin_config={"ts": time_slicing(name="nvidia.com/mig-1g.10gb")}, mig_strategy="single"),
-     "MIG resources are advertised only under mixed"),
+    (dict(device_plugin_config={"ts": time_slicing(kind="mps")}), "device_plugin_config[ts].sharing.mps: MPS sharing with MIG strategy mixed"),
     (dict(device_plugin_config={"ts": time_slicing(replicas=0)}), "replicas must be an integer >= 2"),
     (dict(device_plugin_config={"ts": time_slicing(replicas=1)}), "replicas must be an integer >= 2, got 1"),
-    (dict(device_plugin_config={"a": time_slicing(), "b": time_slicing()}), "no 'default' one"),
     (dict(device_plugin_config={"a": time_slicing()}, device_plugin_config_default="b"), "names no entry"),
-    (dict(device_plugin_config={"a": dict(time_slicing(), bogus=1)}), "unknown field(s) bogus"),
     (dict(device_plugin_config_default="any"), "device_plugin_config is empty"),
     (dict(mig_config={"version": "v1", "mig-configs": {}}, mig_config_name="Bad_Name"), "not a valid Kubernetes object name"),
 ])
 def test_bad_settings_are_rejected_with_a_reason(overrides, expected):
     problems = settings_problems(settings(**overrides))
     assert any(expected in problem for problem in problems), problems
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    # NVIDIA's device plugin accepts these (tests/integration/oracle runs them through its parser): warned, not refused.
+    (dict(device_plugin_config={"ts": time_slicing(name="nvidia.com/mig-1g.10gb")}, mig_strategy="single"),
+     "exists only under MIG strategy mixed"),
+    (dict(device_plugin_config={"a": dict(time_slicing(), bogus=1)}), "field(s) bogus are ignored"),
+    (dict(device_plugin_config={"default": time_slicing(), "b": time_slicing()}), "nodes without the nvidia.com/device-plugin.config label get no sharing"),
+    (dict(device_plugin_config={"only": time_slicing()}), "a single config 'only'"),
+])
+def test_configs_nvidia_accepts_are_warned_about_not_refused(overrides, expected):
+    assert settings_problems(settings(**overrides)) == []
+    assert any(expected in warning for warning in values.settings_warnings(settings(**overrides))), values.settings_warnings(settings(**overrides))
+
+
+def test_several_configs_without_a_default_are_accepted_and_unlabelled_nodes_get_no_sharing():
+    chosen = settings(device_plugin_config={"a": time_slicing(), "b": time_slicing(replicas=2)})
+    assert settings_problems(chosen) == []
+    assert values.settings_warnings(chosen) == []
+    assert "every other node gets no config (no sharing" in values.device_plugin_config_selection(chosen)
+    assert "every other node gets config 'b'" in values.device_plugin_config_selection(dict(chosen, device_plugin_config_default="b"))
 
 
 def test_mps_is_fine_without_mixed_and_the_operators_strategy_wins_over_the_files_flag():
