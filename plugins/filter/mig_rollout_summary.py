@@ -12,8 +12,10 @@ short_description: Fleet summary table of a MIG rollout
 version_added: 0.1.0
 description:
   - Turns the per-node rows of M(gpufleet.gpu_operator.mig_rollout) batches, plus the nodes the plan found
-    already at the target, into text lines - node, model, before, after, evicted pods, duration, result - followed
-    by one line per failed node with its message and diagnostic hints.
+    already at the target, into text lines - node, model, before, after, evicted pods, back (their replacements
+    running again, of those evicted), duration, result - followed per node by where its evicted pods run again and
+    each one still Pending (the scheduler's reason) or not recreated, then one line per failed node with its message
+    and diagnostic hints.
 positional: plan
 options:
   _input:

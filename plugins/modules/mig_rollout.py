@@ -33,6 +33,12 @@ description:
     slices, time-sliced C(.shared) resources) than the cluster will have free after the change, counted node by
     node, O(phase=plan), O(phase=apply) and check mode fail before any change, naming the pods, what each asks
     for and the room there will be (RV(stranded)). O(allow_unschedulable=true) accepts it as a warning.
+  - The nodes run in the order of O(nodes) unless that order would leave evicted pods without room on the way (a
+    node whose MIG-slice pods need slices another node only offers after its change, whole-GPU pods whose room turns
+    into slices first) and another order does not; that order is used and RV(order_note) says so. The order is
+    found by replaying the canary and the window (or the held batches) on a model of the cluster - changed nodes
+    offer the new layout, unchanged ones the old, nodes in flight nothing, each pod on one node - with a bounded
+    depth-first search, the given order first.
   - During O(phase=apply) the room is counted again before each node starts (the cluster changes during a
     rollout); a node whose pods no longer fit is not started (result C(not started), nothing of it touched)
     and the others go on.
@@ -164,6 +170,15 @@ options:
         (C(rbac/mig-reconfigure.yaml)). An Event that cannot be posted is a warning, never a failure (RV(events)).
     type: bool
     default: true
+  follow_timeout:
+    description:
+      - With O(phase=apply), seconds to follow the pods the drains evicted after the last node, until each has a
+        Running replacement (a new pod of the same ReplicaSet, StatefulSet or Job, matched by the controller's
+        uid); each row then says how many came back and on which nodes, and which are still Pending with the
+        scheduler's reason (C(follow) of RV(rows)). V(0) looks once and does not wait.
+      - One list and one watch of the evicted pods' namespaces, not a request per pod.
+    type: int
+    default: 60
   hardware:
     description:
       - Hardware facts per node name (C(gpus) as gpu_info returns them) - planned against with O(phase=plan) and
@@ -408,6 +423,25 @@ capacity_warnings:
   returned: phase=plan or check mode, or when the rollout is refused for them
   type: list
   elements: str
+order:
+  description:
+    - The nodes to change in the order they run - with O(phase=plan) or check mode the order of RV(batches), with
+      O(phase=apply) the order the nodes were started in (the rows' order).
+    - O(nodes)' order unless it would leave pods the rollout evicts without room on the way and another order does
+      not (RV(order_note) says so).
+  returned: phase=plan or apply, or check mode
+  type: list
+  elements: str
+  sample: ["gpu-node-2", "gpu-node-1"]
+order_note:
+  description:
+    - Why the order differs from O(nodes) (C(order changed to avoid stranding - ...), naming the pods the given order
+      would leave without room and when), or, when no order keeps every evicted pod placed at every step, that line
+      (also a warning; the check before each node then stops a node whose pods find no room); null otherwise.
+  returned: phase=plan or apply, or check mode
+  type: str
+  sample: "order changed to avoid stranding: gpu-node-2, gpu-node-1 (canary gpu-node-2); in the given order (gpu-node-1,
+    gpu-node-2) when gpu-node-1 starts, ml/infer-0 (1 nvidia.com/mig-1g.10gb) would find no room"
 stranded:
   description:
     - The same shortages as data - C(resource), C(wanted) (what the pods to evict ask for in all), C(room) (free
@@ -466,7 +500,7 @@ held_nodes:
   type: list
   elements: str
 rows:
-  description: One result per node, in O(nodes) order.
+  description: One result per node, in the order the nodes were started (RV(order)); that is O(nodes) order unless RV(order_note) says otherwise.
   returned: phase=apply or release, not check mode
   type: list
   elements: dict
@@ -500,6 +534,60 @@ rows:
       returned: except after a release
       type: list
       elements: str
+    follow:
+      description:
+        - Where the pods evicted from this node are at the end of the call (O(follow_timeout)) - replacements are
+          new pods of the same controller (ownerReferences uid).
+      returned: when the drain evicted pods and O(follow_timeout) was set
+      type: dict
+      contains:
+        evicted:
+          description: Pods evicted from the node and followed.
+          returned: always
+          type: int
+        returned:
+          description: How many have a replacement Running (or Succeeded, a Job's) again.
+          returned: always
+          type: int
+        returned_on:
+          description: A map of node name to how many of the replacements run there.
+          returned: always
+          type: dict
+        pending:
+          description: Replacements not running yet.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            pod:
+              description: The replacement (namespace/name).
+              returned: always
+              type: str
+            replaces:
+              description: The evicted pod it replaces (namespace/name).
+              returned: always
+              type: str
+            reason:
+              description: The scheduler's message from the C(PodScheduled) condition (why it finds no node), else
+                the phase and node it waits on.
+              returned: always
+              type: str
+        not_back:
+          description:
+            - Evicted pods with no replacement - C(not recreated (no controller)) for a pod no controller manages,
+              C(no replacement pod seen) otherwise.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            pod:
+              description: The evicted pod (namespace/name).
+              returned: always
+              type: str
+            reason:
+              description: Why it is not back.
+              returned: always
+              type: str
     duration_s:
       description: Seconds the node took.
       returned: except after a release without rows
@@ -675,7 +763,10 @@ rows:
           type: list
           elements: str
 summary_table:
-  description: The rows as aligned text lines.
+  description:
+    - The rows as aligned text lines (node, model, before, after, evicted, back - replacements running of those
+      evicted - duration, result), then per node whose evicted pods were followed a line saying how many run
+      again and where, and one line per pod still Pending (with the scheduler's reason) or not recreated.
   returned: phase=apply or release, not check mode
   type: list
   elements: str
@@ -771,7 +862,7 @@ import time
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, RequestCounter
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, capacity, progress, rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, capacity, ordering, progress, rollout
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
     LeaseRenewer,
     LockHeld,
@@ -783,11 +874,22 @@ OPTION_KEYS = ("operator_namespace", "strategy", "pod_scope", "force", "delete_e
                "rollback_on_failure")
 
 
-def capacity_check(ctx, plans):
-    """Shortages of GPU room for the pods the plans evict (none while a plan is invalid: nothing runs then)."""
+def capacity_check(ctx, plans, to_change, window, canary=True, hold=False):
+    """Shortages of GPU room for the pods the plans evict once every node has changed (none while a plan is
+    invalid: nothing runs then), and the node order (ordering.choose_order) when there are none: the order of
+    ``to_change`` is kept unless it would leave evicted pods without room on the way and another does not.
+    Returns (stranded, choice or None); one list of nodes and one of pods for both."""
     if any(p["errors"] for p in plans) or not any(p.get("pods_to_evict") for p in plans):
-        return []
-    return capacity.shortages(plans, ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or [])
+        return [], None
+    nodes, pods = ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or []
+    stranded = capacity.shortages(plans, nodes, pods)
+    if stranded:
+        return stranded, None
+    return [], ordering.choose_order(plans, nodes, pods, to_change, window, canary=canary, hold=hold)
+
+
+def order_note(choice, canary):
+    return ordering.order_note(choice, canary) if choice else None
 
 
 def room_check(ops, planned):
@@ -824,12 +926,18 @@ def roll(module):
             plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
             to_change = [p["node"] for p in plans if not p.get("at_target")]
             hold = any(n in hardware for n in to_change)
+            stranded, choice = capacity_check(ctx, plans, to_change, window, params["canary"], hold) \
+                if params["phase"] != "release" else ([], None)
+            to_change = choice["order"] if choice else to_change
             result = dict(changed=False, plan=plans, plan_table=rollout.plan_table(plans),
                           invalid_nodes=[p["node"] for p in plans if p["errors"]],
                           batches=batches.cut(to_change, window, canary=params["canary"], hold=hold),
-                          window=window, hold_cordon=hold)
-            result["stranded"] = capacity_check(ctx, plans) if params["phase"] != "release" else []
+                          window=window, hold_cordon=hold, order=to_change,
+                          order_note=order_note(choice, params["canary"]))
+            result["stranded"] = stranded
             result["capacity_warnings"] = [capacity.shortage_text(s) for s in result["stranded"]]
+            if choice and not choice["feasible"]:
+                module.warn(result["order_note"])
             if result["stranded"] and not params["allow_unschedulable"]:
                 result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
                 module.fail_json(msg=refusal(params["config"], to_change, result["stranded"]), **result)
@@ -845,12 +953,17 @@ def roll(module):
                                                   rollout.held_rows(ctx, ctx.ops, nodes, params["config"])))
             result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
             module.exit_json(**result)
+        ordered = {}
         if params["phase"] == "apply" and not params["allow_unschedulable"]:
-            # The cluster changes between the plan and each step: count again before this step changes anything.
+            # The cluster changes between the plan and each step: count again before this step changes anything,
+            # and run the step's nodes in an order that strands nothing on the way when the given one would.
             plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
-            stranded = capacity_check(ctx, plans)
+            to_change = [p["node"] for p in plans if not p.get("at_target")]
+            stranded, choice = capacity_check(ctx, plans, to_change, window, canary=False, hold=params["hold_cordon"])
+            if choice and choice["changed"]:
+                nodes = choice["order"] + [n for n in nodes if n not in choice["order"]]
+            ordered["order_note"] = order_note(choice, False)
             if stranded:
-                to_change = [p["node"] for p in plans if not p.get("at_target")]
                 message = refusal(params["config"], to_change, stranded)
                 rows = [rollout.not_started_row(n, "node %s not started: evicted pods would find no room" % n)
                         for n in to_change]
@@ -883,7 +996,8 @@ def roll(module):
             else:
                 rows, plans = rollout.run_rollout(ctx, nodes, params["config"], hardware,
                                                   window=window, hold_cordon=params["hold_cordon"],
-                                                  room_check=None if params["allow_unschedulable"] else room_check)
+                                                  room_check=None if params["allow_unschedulable"] else room_check,
+                                                  follow_timeout=params["follow_timeout"])
         finally:
             if tracker is not None and tracker.path:
                 tracker.finish()
@@ -909,6 +1023,8 @@ def roll(module):
                           per_node=round(counter.total / float(len(nodes)), 1)),
         duration_s=round(time.monotonic() - started, 3),
     )
+    if params["phase"] == "apply":
+        result.update(order=[r["node"] for r in rows], order_note=ordered.get("order_note"))
     if renewer is not None and renewer.error:
         result["lock_error"] = renewer.error
     if tracker is not None and tracker.events_ops is not None:
@@ -951,6 +1067,7 @@ def main():
         progress_file=dict(type="path"),
         progress_interval=dict(type="float", default=2.0),
         events=dict(type="bool", default=True),
+        follow_timeout=dict(type="int", default=60),
         hardware=dict(type="dict"),
         lock=dict(type="dict", options=dict(
             namespace=dict(type="str", default="gpu-operator"),
@@ -982,6 +1099,8 @@ def main():
     if params["progress_interval"] < 0:
         module.fail_json(msg="progress_interval must be 0 (no progress lines) or a positive number of seconds, got %s"
                          % params["progress_interval"])
+    if params["follow_timeout"] < 0:
+        module.fail_json(msg="follow_timeout must be 0 or more seconds, got %s" % params["follow_timeout"])
     for key in ("drain_timeout", "apply_timeout", "verify_timeout"):
         if params[key] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, params[key]))

@@ -18,7 +18,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import follow, node_step
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.drain import (
     PRIOR_UNSCHEDULABLE_ANNOTATION,
     DrainError,
@@ -75,6 +75,27 @@ def current_text(node, hardware):
     return "%s (%s)" % (labels_of(node).get(node_step.MIG_CONFIG_LABEL) or "unset", layout)
 
 
+class RecordingDrainer(NodeDrainer):
+    """A NodeDrainer that keeps the pods its last plan read, for the follow-up of the pods it evicts."""
+
+    pods = None
+
+    def plan(self, node=None):
+        plan = super(RecordingDrainer, self).plan(node)
+        self.pods = plan["_pods"]
+        return plan
+
+    def evictions(self, evicted):
+        """follow.eviction() of each evicted pod summary (namespace, name, uid), from the pods the plan read."""
+        out = []
+        for pod in evicted:
+            ref = "%s/%s" % (pod["namespace"], pod["name"])
+            full = (self.pods or {}).get(ref) or {"metadata": {"namespace": pod["namespace"], "name": pod["name"],
+                                                               "uid": pod.get("uid")}}
+            out.append(follow.eviction(self.node_name, full))
+        return out
+
+
 class Context(object):
     """What every node of a run shares: options, the ClusterPolicy, and per-thread API access."""
 
@@ -97,9 +118,9 @@ class Context(object):
 
     def drainer(self, ops, node_name):
         o = self.options
-        return NodeDrainer(ops, node_name, pod_scope=o["pod_scope"], force=o["force"],
-                           delete_emptydir_data=o["delete_emptydir_data"], grace_period=o["grace_period"],
-                           retry_delay=o["eviction_retry_delay"])
+        return RecordingDrainer(ops, node_name, pod_scope=o["pod_scope"], force=o["force"],
+                                delete_emptydir_data=o["delete_emptydir_data"], grace_period=o["grace_period"],
+                                retry_delay=o["eviction_retry_delay"])
 
 
 def plan_one(ctx, ops, node_name, target, hardware=None):
@@ -207,13 +228,22 @@ def plan_table(entries):
     return format_table(PLAN_COLUMNS, rows)
 
 
-SUMMARY_COLUMNS = ("node", "model", "before", "after", "evicted", "duration", "result")
+SUMMARY_COLUMNS = ("node", "model", "before", "after", "evicted", "back", "duration", "result")
+
+
+def back_text(row):
+    """'returned/evicted' of the row's followed pods, '-' when none were followed."""
+    followed = row.get("follow")
+    return "%d/%d" % (followed["returned"], followed["evicted"]) if followed else "-"
 
 
 def summary_table(rows):
-    return format_table(SUMMARY_COLUMNS, [(r["node"], r.get("model") or "?", r.get("before") or "unset",
-                                           r.get("after") or "unset", str(len(r.get("evicted") or [])),
-                                           "%.1fs" % r.get("duration_s", 0), r["result"]) for r in rows])
+    """The aligned table, one line per row; then, per row whose evicted pods were followed, where they run
+    again and each one still away with the reason (follow.lines)."""
+    table = format_table(SUMMARY_COLUMNS, [(r["node"], r.get("model") or "?", r.get("before") or "unset",
+                                            r.get("after") or "unset", str(len(r.get("evicted") or [])),
+                                            back_text(r), "%.1fs" % r.get("duration_s", 0), r["result"]) for r in rows])
+    return table + [line for r in rows for line in follow.lines(r["node"], r.get("follow"))]
 
 
 NO_BREAK_SPACE = u"\u00a0"
@@ -265,13 +295,16 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         t0 = time.monotonic()
         ctx.report(node_name, "draining", "%s -> %s: cordon and evict %d pod(s)" % (
             row["before"] or "unset", target, len(planned.get("pods_to_evict") or [])))
+        drainer = ctx.drainer(ops, node_name)
         try:
-            drained = drain_node(ctx.drainer(ops, node_name), o["drain_timeout"])
+            drained = drain_node(drainer, o["drain_timeout"])
         except DrainError as exc:
             row["evicted"] = ["%s/%s" % (p["namespace"], p["name"]) for p in exc.result.get("evicted") or []]
+            row["_evictions"] = drainer.evictions(exc.result.get("evicted") or [])
             row["blocked_by"] = exc.result.get("blocked_by")
             return _fail(row, "drain", str(exc), ctx, ops, node_name, started)
         row["evicted"] = ["%s/%s" % (p["namespace"], p["name"]) for p in drained["evicted"]]
+        row["_evictions"] = drainer.evictions(drained["evicted"])
         row["timings"]["drain_s"] = round(time.monotonic() - t0, 3)
         # 2-4. the MIG step: label (or re-trigger a resumed node), follow the state, verify allocatable and
         # GFD labels against the plan; the in-progress marker is cleared here unless the node stays held.
@@ -405,9 +438,13 @@ def not_started_row(node_name, message):
             "result": "not started", "message": message}
 
 
-def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hold_cordon=False, room_check=None):
+def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hold_cordon=False, room_check=None,
+                follow_timeout=None):
     """Reconfigure ``node_names`` in order, at most ``window`` at a time; once a node fails or its fresh plan
     is invalid, no further node starts (those in flight finish). Returns (rows, plans) in ``node_names`` order.
+
+    With ``follow_timeout`` (seconds, 0 = look once) the pods the nodes' drains evicted are followed after the
+    last node until their replacements run (follow.follow); each row with evictions gets ``follow``.
 
     ``room_check(ops, planned)``, when given, is asked before each node starts (the cluster changes during a
     rollout) for the shortage lines of that node's pods to evict; a node with any is not started (its row says
@@ -443,10 +480,20 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
 
     if not node_names:
         return [], []
+    # The pods there are before any eviction: a replacement is a pod of the same controller not among them.
+    known = None if follow_timeout is None else set(
+        (p.get("metadata") or {}).get("uid") for p in ctx.ops.list_pods().get("items") or [])
     workers = max(1, min(window or len(node_names), len(node_names)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pairs = list(pool.map(one, node_names))
-    return [row for row, plan in pairs], [plan for row, plan in pairs if not plan.get("not_started")]
+    rows = [row for row, plan in pairs]
+    evictions = [e for row in rows for e in row.pop("_evictions", None) or []]
+    if known is not None and evictions:
+        followed = follow.follow(ctx.ops, evictions, known, follow_timeout)
+        for row in rows:
+            if row["node"] in followed:
+                row["follow"] = followed[row["node"]]
+    return rows, [plan for row, plan in pairs if not plan.get("not_started")]
 
 
 def held_rows(ctx, ops, node_names, target):

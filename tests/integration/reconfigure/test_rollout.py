@@ -54,11 +54,12 @@ def wait_advertised(testbed, node):
 def rollout_vars(lock, **extra):
     """Fast timeouts, and the stranding override: these tests' whole-GPU workloads are pinned to their node and
     most target layouts advertise no whole GPU, so the default would refuse them (test_strand.py covers that;
-    test_custom_config_under_single_strategy runs with the default, its pods fitting)."""
+    test_custom_config_under_single_strategy runs with the default, its pods fitting). Those pinned pods often
+    cannot come back either, so each step follows them for 5 s, not the role's 60."""
     base = {"mig_reconfigure_lock_name": lock, "mig_reconfigure_lock_duration": 10,
             "mig_reconfigure_eviction_retry_delay": 1, "mig_reconfigure_drain_timeout": 60,
             "mig_reconfigure_apply_timeout": 90, "mig_reconfigure_verify_timeout": 60,
-            "mig_reconfigure_allow_unschedulable": True}
+            "mig_reconfigure_allow_unschedulable": True, "mig_reconfigure_follow_timeout": 5}
     base.update(extra)
     return base
 
@@ -202,7 +203,7 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
         assert rows[name]["result"] == "reconfigured" and rows[name]["uncordon"] == "uncordoned"
     assert_only_gpu_pods_gone(testbed, before, dict((n, rows[n]["evicted"]) for n in names))
     lines = summary_lines(result)
-    assert lines[0].split() == ["node", "model", "before", "after", "evicted", "duration", "result"]
+    assert lines[0].split() == ["node", "model", "before", "after", "evicted", "back", "duration", "result"]
     assert all(any(line.startswith(n) and "reconfigured" in line for line in lines) for n in names)
 
     # Resumable/idempotent: a re-run finds every node at the target and touches nothing.

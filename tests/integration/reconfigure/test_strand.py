@@ -1,13 +1,18 @@
-"""Never strand a workload (issue 20): a rollout whose evicted pods would find no GPU room afterwards is refused
-before any change - by the plan (check mode and run) and by an apply step called alone - naming the pods, what
-they ask for and the room there will be; mig_reconfigure_allow_unschedulable accepts it. Run by ansible-playbook
-under the least-privilege ServiceAccount on simulated GPU nodes, as test_rollout.py."""
+"""Never strand a workload (issue 20): an order that strands nothing is chosen where the given one would, the evicted
+pods are followed until they run again (or listed Pending with the scheduler's reason); and a rollout whose evicted
+pods would find no GPU room afterwards is refused before any change - by the plan (check mode and run) and by an
+apply step called alone - naming the pods, what they ask for and the room there will be;
+mig_reconfigure_allow_unschedulable accepts it. Run by ansible-playbook under the least-privilege ServiceAccount on
+simulated GPU nodes, as test_rollout.py."""
 
 import re
+
+import yaml
 
 from tests.integration.reconfigure.conftest import PLAYBOOK, deploy, node_view, running_pods, wait_running
 from tests.integration.reconfigure.test_rollout import (
     CONFIG,
+    STATE,
     assert_only_gpu_pods_gone,
     summary_lines,
     free_whole_gpus_outside,
@@ -17,6 +22,8 @@ from tests.integration.reconfigure.test_rollout import (
     wait_advertised,
 )
 from tests.testbed.pytest_cluster import unique_name
+
+SLICE = "nvidia.com/mig-1g.10gb"
 
 
 def settled_view(testbed, node):
@@ -113,7 +120,7 @@ def test_a_rollout_that_would_strand_pods_is_refused_with_nothing_changed_then_t
         assert rows[name]["result"] == "reconfigured" and view["labels"][CONFIG] == "all-1g.10gb"
         assert gpu_allocatable(view) == {"nvidia.com/mig-1g.10gb": "14"} and view["unschedulable"] is False
     assert_only_gpu_pods_gone(testbed, before, dict((n, rows[n]["evicted"]) for n in names))
-    assert_aligned_table(summary_lines(allowed), ["node", "model", "before", "after", "evicted", "duration", "result"],
+    assert_aligned_table(summary_lines(allowed), ["node", "model", "before", "after", "evicted", "back", "duration", "result"],
                          names)
 
 
@@ -131,3 +138,135 @@ def test_the_override_is_taken_from_the_playbook_extra_var(
     accepted = runner.playbook(PLAYBOOK, [name], dict(base, allow_unschedulable="true"), check=True)
     assert accepted.rc == 0, accepted.explain()
     assert accepted.task("Plan every node")["stranded"][0]["pods"][0]["asks"] == 1
+
+
+def deploy_on(testbed, namespace, name, nodes, replicas, resources):
+    """A Deployment whose pods may run on any of ``nodes`` (and nowhere else in this shared cluster)."""
+    # One term per node (terms are ORed): a metadata.name field selector takes a single value.
+    allowed = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]} for node in nodes]
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                             "nodeSelectorTerms": allowed}}},
+                         "containers": [{"name": "main", "image": "busybox", "resources": {"limits": resources}}]}}}}
+    testbed.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
+
+
+def free_outside(testbed, names, resource):
+    """Per schedulable node other than ``names``: ``resource`` allocatable less what its pods hold, summed."""
+    room = {}
+    for node in testbed.core.list_node().items:
+        if node.metadata.name not in names and not node.spec.unschedulable:
+            room[node.metadata.name] = int((node.status.allocatable or {}).get(resource, 0))
+    for pod in testbed.core.list_pod_for_all_namespaces().items:
+        if pod.spec.node_name in room and pod.status.phase not in ("Succeeded", "Failed"):
+            room[pod.spec.node_name] -= sum(int(((c.resources and c.resources.limits) or {}).get(resource, 0))
+                                            for c in pod.spec.containers)
+    return sum(max(0, free) for free in room.values())
+
+
+def pods_by_node(testbed, namespace):
+    """{app: {node: count}} of the namespace's Running pods, and the number of pods not Running."""
+    placed, other = {}, 0
+    for pod in testbed.core.list_namespaced_pod(namespace).items:
+        if pod.metadata.deletion_timestamp:
+            continue
+        if pod.status.phase != "Running":
+            other += 1
+            continue
+        app = placed.setdefault(pod.metadata.labels["app"], {})
+        app[pod.spec.node_name] = app.get(pod.spec.node_name, 0) + 1
+    return placed, other
+
+
+def test_an_order_that_strands_nothing_is_chosen_and_every_evicted_pod_runs_again(
+        testbed, testbed_namespace, gpu_cluster, add_gpu_node, runner):
+    """all-1g.10gb on two nodes asked for in the order (sliced, whole): sliced (all-balanced) runs four pods on
+    1g.10gb slices, whole runs two on whole GPUs, a spare node outside the rollout has two whole GPUs free.
+    Sliced first would leave its four pods without a slice anywhere while it changes (whole has none yet); whole
+    first sends its two pods to the spare and becomes 14 slices, where sliced's four then land. The plan takes
+    that order and says so; the summary says where each node's pods run again."""
+    whole, sliced, spare = (add_gpu_node("so-whole", "H100-80GB-HBM3", 2), add_gpu_node("so-sliced", "H100-80GB-HBM3", 2),
+                            add_gpu_node("so-spare", "H100-80GB-HBM3", 2))
+    for name in (whole, sliced, spare):
+        wait_advertised(testbed, name)
+    testbed.core.patch_node(sliced, {"metadata": {"labels": {CONFIG: "all-balanced"}}})
+
+    def balanced():
+        view = node_view(testbed, sliced)
+        return view["labels"].get(STATE) == "success" and gpu_allocatable(view).get(SLICE) == "4"
+    testbed.wait_for(balanced, 90, "all-balanced on %s" % sliced)
+    # The pods start where the test wants them: the spare is cordoned until they run.
+    testbed.core.patch_node(spare, {"spec": {"unschedulable": True}})
+    allowed = [whole, sliced, spare]
+    deploy_on(testbed, testbed_namespace, "slice", allowed, 4, {SLICE: "1"})
+    deploy_on(testbed, testbed_namespace, "whole", allowed, 2, {"nvidia.com/gpu": "1"})
+    wait_running(testbed, sliced, 4, testbed_namespace)
+    wait_running(testbed, whole, 2, testbed_namespace)
+    testbed.core.patch_node(spare, {"spec": {"unschedulable": False}})
+    assert pods_by_node(testbed, testbed_namespace) == ({"slice": {sliced: 4}, "whole": {whole: 2}}, 0)
+    room = free_outside(testbed, [whole, sliced], SLICE)
+    assert room < 4, "this shared cluster has %d 1g.10gb slices free outside the test's nodes" % room
+    variables = dict(rollout_vars(unique_name("lock"), mig_reconfigure_allow_unschedulable=False,
+                                  mig_reconfigure_max_unavailable=1, mig_reconfigure_follow_timeout=60),
+                     profile="all-1g.10gb", nodes="%s,%s" % (sliced, whole))
+
+    plan = runner.playbook(PLAYBOOK, [whole, sliced], variables, check=True)
+    assert plan.rc == 0, plan.explain()
+    planned = plan.task("Plan every node")
+    assert planned["order"] == [whole, sliced] and planned["batches"] == [[whole], [sliced]], planned["order"]
+    note = "order changed to avoid stranding: %s, %s (canary %s); in the given order (%s, %s) when %s starts, " % (
+        whole, sliced, whole, sliced, whole, sliced)
+    assert planned["order_note"].startswith(note) and planned["order_note"].endswith("would find no room")
+    assert planned["order_note"].count("(1 %s)" % SLICE) == 4, planned["order_note"]
+    assert planned["stranded"] == []
+    assert note in "\n".join(plan.task("Show the plan")["msg"])
+
+    result = runner.playbook(PLAYBOOK, [whole, sliced], variables)
+    assert result.rc == 0, result.explain()
+    rows = rows_of(result)
+    assert [r["result"] for r in (rows[whole], rows[sliced])] == ["reconfigured", "reconfigured"]
+    # Nothing stranded on the way: whole's pods went to the spare, sliced's to whole's new slices.
+    assert rows[whole]["follow"] == {"evicted": 2, "returned": 2, "returned_on": {spare: 2}, "pending": [],
+                                     "not_back": []}
+    assert rows[sliced]["follow"] == {"evicted": 4, "returned": 4, "returned_on": {whole: 4}, "pending": [],
+                                      "not_back": []}
+    placed, not_running = pods_by_node(testbed, testbed_namespace)
+    assert placed == {"slice": {whole: 4}, "whole": {spare: 2}} and not_running == 0
+    lines = summary_lines(result)
+    assert_aligned_table(lines, ["node", "model", "before", "after", "evicted", "back", "duration", "result"],
+                         [whole, sliced] if whole < sliced else [sliced, whole])
+    assert "%s: 2 of 2 evicted pods running again: 2 on %s" % (whole, spare) in lines
+    assert "%s: 4 of 4 evicted pods running again: 4 on %s" % (sliced, whole) in lines
+    assert [re.split(r"  +", line)[5] for line in lines[1:3]] == (["2/2", "4/4"] if whole < sliced else ["4/4", "2/2"])
+
+
+def test_pods_still_pending_are_listed_with_the_scheduler_reason_and_bare_pods_as_not_recreated(
+        testbed, testbed_namespace, gpu_cluster, add_gpu_node, runner):
+    """With the override, a whole-GPU pod pinned to its node finds no GPU after all-1g.10gb: its replacement is
+    listed Pending with the scheduler's message; a pod without a controller (force) is not recreated."""
+    name = add_gpu_node("st-pend", "H100-80GB-HBM3", 2)
+    wait_advertised(testbed, name)
+    deploy(testbed, testbed_namespace, "gpu-pinned", name, resources={"nvidia.com/gpu": "1"})
+    bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": testbed_namespace},
+            "spec": {"nodeName": name, "containers": [{"name": "main", "image": "busybox",
+                                                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    testbed.kubectl("apply", "-f", "-", input=yaml.safe_dump(bare))
+    wait_running(testbed, name, 2, testbed_namespace)
+    variables = dict(rollout_vars(unique_name("lock"), mig_reconfigure_force=True, mig_reconfigure_follow_timeout=5),
+                     profile="all-1g.10gb")
+    result = runner.playbook(PLAYBOOK, [name], variables)
+    assert result.rc == 0, result.explain()
+    followed = rows_of(result)[name]["follow"]
+    assert followed["evicted"] == 2 and followed["returned"] == 0 and followed["returned_on"] == {}
+    assert followed["not_back"] == [{"pod": "%s/bare" % testbed_namespace, "reason": "not recreated (no controller)"}]
+    [pending] = followed["pending"]
+    assert pending["replaces"].startswith("%s/gpu-pinned-" % testbed_namespace)
+    replacement = testbed.core.read_namespaced_pod(pending["pod"].split("/")[1], testbed_namespace)
+    assert replacement.status.phase == "Pending" and replacement.spec.node_name is None
+    assert pending["reason"].startswith("0/") and "nodes are available" in pending["reason"], pending
+    lines = summary_lines(result)
+    assert "%s: 0 of 2 evicted pods running again" % name in lines
+    assert "%s: %s (replaces %s) Pending: %s" % (name, pending["pod"], pending["replaces"], pending["reason"]) in lines
+    assert "%s: %s/bare not recreated (no controller)" % (name, testbed_namespace) in lines

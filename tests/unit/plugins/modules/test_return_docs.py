@@ -61,6 +61,7 @@ FREE_FORM = {
     ("mig_rollout", "plan.expected_gfd_labels"): _LABELS,
     ("mig_rollout", "rows.diagnostics.gpu_allocatable"): _RESOURCES,
     ("mig_rollout", "rows.diagnostics.mig_manager_logs"): _LOGS,
+    ("mig_rollout", "rows.follow.returned_on"): "keys are node names, values are pod counts",
     ("mig_rollout", "api_requests.by_verb"): "keys are HTTP verbs, values are request counts",
 }
 

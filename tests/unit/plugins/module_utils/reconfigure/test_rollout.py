@@ -75,7 +75,7 @@ def test_tables():
     lines = rollout.summary_table([{"node": "n1", "model": "A100", "before": "all-disabled", "after": "all-balanced",
                                     "evicted": ["a/b"], "duration_s": 3.21, "result": "reconfigured"}])
     assert lines[0].split() == list(rollout.SUMMARY_COLUMNS)
-    assert lines[1].split() == ["n1", "A100", "all-disabled", "all-balanced", "1", "3.2s", "reconfigured"]
+    assert lines[1].split() == ["n1", "A100", "all-disabled", "all-balanced", "1", "-", "3.2s", "reconfigured"]
 
 
 def test_rollback_summary_says_how_the_rollback_ended():
