@@ -142,6 +142,34 @@ options:
         (C(result), C(verified), C(mismatches)). The node stays cordoned for inspection either way.
     type: bool
     default: false
+  progress_file:
+    description:
+      - With O(phase=apply) or O(phase=release), a JSON file this run keeps current (replaced atomically at each
+        change) with each node's step - C(draining), C(labelled), C(pending), C(rebooting), C(applied), C(verifying),
+        then C(done), C(verified) (held for O(phase=release)), C(failed), C(invalid), C(unchanged) or C(not started) -
+        when the step began and the seconds since the node started.
+      - "When the module runs on the controller (C(delegate_to: localhost), as the C(gpufleet.gpu_operator.mig_reconfigure)
+        role runs it), its action prints each change as one line while the nodes run - in the terminal and in an AWX
+        job's output - for example C(MIG rollout: 12:40:03  gpu-node-1  pending  +7s); a temporary file is used
+        when this is omitted."
+      - The directory must exist on the host that runs the module.
+    type: path
+  progress_interval:
+    description:
+      - Seconds between looks at the progress record by the controller (see O(progress_file)); V(0) prints nothing.
+      - Not used with C(async) or on a host other than the controller (the record is still written when
+        O(progress_file) is given).
+    type: float
+    default: 2.0
+  events:
+    description:
+      - With O(phase=apply) or O(phase=release), post a Kubernetes Event (core/v1, namespace C(default), source
+        component C(gpufleet)) on each node as it moves - reasons C(MigReconfigureDraining), C(MigReconfigureApplied),
+        C(MigReconfigureVerified) or C(MigReconfigureFailed) - so C(kubectl describe node) shows what the rollout did.
+      - Three API requests per changed node; needs C(create) on C(events) in namespace C(default)
+        (C(rbac/mig-reconfigure.yaml)). An Event that cannot be posted is a warning, never a failure (RV(events)).
+    type: bool
+    default: true
   follow_timeout:
     description:
       - With O(phase=apply), seconds to follow the pods the drains evicted after the last node, until each has a
@@ -203,6 +231,13 @@ attributes:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: With O(phase=apply), returns the plan of the batch and changes nothing.
+  action:
+    description: Has a controller-side action (it prints each node's step while the nodes run, O(progress_file)).
+    support: full
+  async:
+    description: Supports being used with the C(async) keyword.
+    support: full
+    details: With C(async) no progress line is printed; the O(progress_file) record is still kept when given.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: partial
@@ -814,6 +849,20 @@ api_requests:
       description: RV(api_requests.total) divided by the number of nodes.
       returned: phase=apply or release, not check mode
       type: float
+events:
+  description: The Kubernetes Events this run posted on the nodes (O(events)).
+  returned: phase=apply or release with O(events=true), not check mode
+  type: dict
+  contains:
+    posted:
+      description: Number of Events posted.
+      returned: always
+      type: int
+    errors:
+      description: Why an Event could not be posted (the first error per reason); the rollout went on.
+      returned: always
+      type: list
+      elements: str
 lock_error:
   description: Why renewing the Lease failed during the run.
   returned: when the Lease could not be renewed
@@ -829,7 +878,7 @@ import time
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, RequestCounter
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import CONNECTION_ERRORS, KubeModule, connection_reason
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, capacity, ordering, rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, capacity, ordering, progress, rollout
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
     LeaseRenewer,
     LockHeld,
@@ -885,6 +934,7 @@ def roll(module):
         return KubeOps(module.new_api_client(), counter)
 
     started = time.monotonic()
+    tracker = None
     try:
         ctx = rollout.Context(ops_factory, dict((k, params[k]) for k in OPTION_KEYS))
         hardware = params["hardware"] or {}
@@ -937,6 +987,10 @@ def roll(module):
                                  stranded=stranded, capacity_warnings=[capacity.shortage_text(s) for s in stranded],
                                  rows=rows, summary_table=rollout.summary_table(rows), failed_nodes=to_change,
                                  held_nodes=[], api_requests=dict(total=counter.total, by_verb=counter.by_verb))
+        if params["progress_file"] or params["events"]:
+            tracker = progress.Progress(params["progress_file"], ops_factory() if params["events"] else None,
+                                        config=params["config"])
+            ctx.progress = tracker
         renewer = None
         lock_released = lock_taken = None
         if params["lock"]:
@@ -961,6 +1015,8 @@ def roll(module):
                                                   room_check=None if params["allow_unschedulable"] else room_check,
                                                   follow_timeout=params["follow_timeout"])
         finally:
+            if tracker is not None and tracker.path:
+                tracker.finish()
             if renewer is not None:
                 renewer.__exit__(None, None, None)
                 if params["lock"]["release"]:
@@ -989,6 +1045,10 @@ def roll(module):
         result.update(order=[r["node"] for r in rows], order_note=ordered.get("order_note"))
     if renewer is not None and renewer.error:
         result["lock_error"] = renewer.error
+    if tracker is not None and tracker.events_ops is not None:
+        result["events"] = dict(posted=tracker.events_posted, errors=list(tracker.event_errors))
+        for error in tracker.event_errors:
+            module.warn(error)
     if lock_taken is not None:
         result["lock_taken"] = lock_taken
     if lock_released is not None:
@@ -1022,6 +1082,9 @@ def main():
         verify_timeout=dict(type="int", default=180),
         unwedge_on_timeout=dict(type="bool", default=False),
         rollback_on_failure=dict(type="bool", default=False),
+        progress_file=dict(type="path"),
+        progress_interval=dict(type="float", default=2.0),
+        events=dict(type="bool", default=True),
         follow_timeout=dict(type="int", default=60),
         hardware=dict(type="dict"),
         lock=dict(type="dict", options=dict(
@@ -1051,6 +1114,9 @@ def main():
             batches.batch_size(params["max_unavailable"], len(nodes))
         except batches.BatchError as exc:
             module.fail_json(msg=str(exc))
+    if params["progress_interval"] < 0:
+        module.fail_json(msg="progress_interval must be 0 (no progress lines) or a positive number of seconds, got %s"
+                         % params["progress_interval"])
     if params["follow_timeout"] < 0:
         module.fail_json(msg="follow_timeout must be 0 or more seconds, got %s" % params["follow_timeout"])
     for key in ("drain_timeout", "apply_timeout", "verify_timeout"):

@@ -223,6 +223,12 @@ class KubeOps(object):
         return _decode(self.request("POST", "/api/v1/namespaces/%s/pods" % namespace, body=body,
                                     content_type="application/json"))
 
+    def create_event(self, namespace, body):
+        """Post a core/v1 Event (what ``kubectl describe`` lists for the object it names)."""
+        self.counter.add("create")
+        return _decode(self.request("POST", "/api/v1/namespaces/%s/events" % namespace, body=body,
+                                    content_type="application/json"))
+
     def evict(self, namespace, name, grace_period_seconds=None):
         self.counter.add("create")
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}

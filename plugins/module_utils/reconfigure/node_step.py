@@ -165,12 +165,13 @@ def set_config_label(ops, node, target, check_mode=False):
     return patch
 
 
-def follow_state(ops, node_name, target, deadline, node=None):
+def follow_state(ops, node_name, target, deadline, node=None, on_state=None):
     """Watch the node until MIG Manager reports ``success`` (and, after ``rebooting``, the node is back and
     Ready) or ``failed``. Returns {final, states, rebooted, not_ready_seen, node}; final is
     success|failed|timeout|changed|deleted. A node NotReady while MIG Manager works is expected (a reboot, or
     kubelet stopped for a mode change with a host-installed driver: WITH_SHUTDOWN_HOST_GPU_CLIENTS in
-    NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go) and only recorded."""
+    NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go) and only recorded.
+    ``on_state(state)`` is called for each new state seen (progress reporting)."""
     try:
         node = node or ops.get_node(node_name)
     except ApiException as exc:
@@ -190,6 +191,8 @@ def follow_state(ops, node_name, target, deadline, node=None):
         state = labels.get(MIG_STATE_LABEL)
         if state and (not seen or seen[-1] != state):
             seen.append(state)
+            if on_state is not None:
+                on_state(state)
         if labels.get(MIG_CONFIG_LABEL) != target:
             flags["final"] = "changed"
             return True
@@ -425,7 +428,7 @@ def trigger(ops, node, target, retrigger=False):
 
 
 def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unwedge_on_timeout=False,
-             retrigger=False, clear=True, node=None, progress=None):
+             retrigger=False, clear=True, node=None, progress=None, where=None):
     """The MIG step for one node, used by the rollout, its rollback and every node_mig_config action:
     set the label (or re-trigger) -> follow ``nvidia.com/mig.config.state`` within ``apply_timeout`` (once
     more after an un-wedge when ``unwedge_on_timeout``) -> verify allocatable and GFD labels against
@@ -433,16 +436,24 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
     ``clear`` is false: the caller still holds the node). It neither drains nor uncordons.
 
     Returns {final (success|failed|timeout|changed), states, rebooted, trigger, unwedged (after a timeout),
-    mismatches, verified, node (the latest view), timings: {apply_s, verify_s}}. ``progress`` (a dict), when
-    given, has ``stage`` set to label, apply, verify or clear as the step goes (where an error stopped it)."""
-    progress = {} if progress is None else progress
+    mismatches, verified, node (the latest view), timings: {apply_s, verify_s}}. ``where`` (a dict), when
+    given, has ``stage`` set to label, apply, verify or clear as the step goes (where an error stopped it).
+
+    ``progress(step, message)``, when given, hears each MIG Manager state seen, ``applied`` and ``verifying``."""
+    where = {} if where is None else where
     started = time.monotonic()
-    progress["stage"] = "label"
+    where["stage"] = "label"
     node = node or ops.get_node(node_name)
+    report = progress or (lambda step, message="": None)
+
+    def on_state(state):  # success and failed are reported once verified, or as the node's outcome
+        if state in ("pending", "rebooting"):
+            report(state, "%s=%s" % (MIG_STATE_LABEL, state))
     outcome = {"trigger": trigger(ops, node, target, retrigger), "mismatches": [], "verified": False,
                "timings": {}}
-    progress["stage"] = "apply"
-    followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout)
+    where["stage"] = "apply"
+    report("labelled", "%s=%s" % (MIG_CONFIG_LABEL, target))
+    followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout, on_state=on_state)
     states = list(followed["states"])
     not_ready_seen = followed["not_ready_seen"]
     if followed["final"] == "timeout" and not states:
@@ -450,7 +461,8 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
         outcome["not_running"] = mig_manager_not_running(ops, node_name, "gpu-operator")
     if followed["final"] == "timeout" and unwedge_on_timeout and not outcome.get("not_running"):
         outcome["unwedged"] = unwedge(ops, node_name, target)
-        followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout)
+        report("unwedged", "MIG Manager re-triggered after %ss" % apply_timeout)
+        followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout, on_state=on_state)
         states += followed["states"]
         not_ready_seen = not_ready_seen or followed["not_ready_seen"]
     outcome.update(final=followed["final"], states=states, rebooted=followed["rebooted"], node=followed["node"],
@@ -458,15 +470,17 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
     outcome["timings"]["apply_s"] = round(time.monotonic() - started, 3)
     if followed["final"] != "success":
         return outcome
+    report("applied", "MIG Manager reported success for %s" % target)
+    report("verifying", "allocatable and GFD labels against the plan")
     verifying = time.monotonic()
-    progress["stage"] = "verify"
+    where["stage"] = "verify"
     outcome["mismatches"] = wait_verified(ops, node_name, planned["expected_resources"],
                                           planned.get("expected_gfd_labels"), time.monotonic() + verify_timeout,
                                           followed["node"])
     outcome["timings"]["verify_s"] = round(time.monotonic() - verifying, 3)
     outcome["verified"] = not outcome["mismatches"]
     if outcome["verified"] and clear:
-        progress["stage"] = "clear"
+        where["stage"] = "clear"
         outcome["node"] = clear_marker(ops, node_name)
     return outcome
 

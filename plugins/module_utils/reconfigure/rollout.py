@@ -101,14 +101,22 @@ class RecordingDrainer(NodeDrainer):
 class Context(object):
     """What every node of a run shares: options, the ClusterPolicy, and per-thread API access."""
 
-    def __init__(self, ops_factory, options):
+    def __init__(self, ops_factory, options, progress=None):
         self.ops_factory = ops_factory
+        self.progress = progress  # a progress.Progress (record file, Events), or None
         self.options = dict(DEFAULTS)
         self.options.update(dict((k, v) for k, v in (options or {}).items() if v is not None))
         self.ops = ops_factory()
         self.policy = node_step.active_cluster_policy(self.ops.list_cluster_policies())
         self.namespace = node_step.operator_namespace(self.policy, self.options["operator_namespace"])
         self.with_reboot = node_step.with_reboot(self.policy)
+
+    def report(self, node_name, step, message=""):
+        if self.progress is not None:
+            self.progress.step(node_name, step, message)
+
+    def reporter(self, node_name):
+        return lambda step, message="": self.report(node_name, step, message)
 
     def drainer(self, ops, node_name):
         o = self.options
@@ -293,10 +301,12 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         row.update(result="unchanged", message="already at %s and verified" % target, duration_s=0.0)
         return row
     o = ctx.options
-    progress = {"stage": "drain"}
+    where = {"stage": "drain"}
     try:
         # 1. drain (idempotent: an earlier cordon of ours is kept, remaining GPU pods are evicted)
         t0 = time.monotonic()
+        ctx.report(node_name, "draining", "%s -> %s: cordon and evict %d pod(s)" % (
+            row["before"] or "unset", target, len(planned.get("pods_to_evict") or [])))
         drainer = ctx.drainer(ops, node_name)
         try:
             drained = drain_node(drainer, o["drain_timeout"])
@@ -312,7 +322,8 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         # 2-4. the MIG step: label (or re-trigger a resumed node), follow the state, verify allocatable and
         # GFD labels against the plan; the in-progress marker is cleared here unless the node stays held.
         step = node_step.run_step(ops, node_name, target, planned, o["apply_timeout"], o["verify_timeout"],
-                                  unwedge_on_timeout=o["unwedge_on_timeout"], clear=not hold_cordon, progress=progress)
+                                  unwedge_on_timeout=o["unwedge_on_timeout"], clear=not hold_cordon,
+                                  progress=ctx.reporter(node_name), where=where)
         row["states"] = step["states"]
         row["rebooted"] = step["rebooted"]
         if step.get("not_ready_seen"):
@@ -347,14 +358,14 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
                            row["before"] or "unset", target))
             return row
         # 5. give the node back as we found it
-        progress["stage"] = "uncordon"
+        where["stage"] = "uncordon"
         return _give_back(ctx, ops, node_name, target, row, started, "allocatable and GFD labels", step["node"])
     except ApiException as exc:
         if exc.status == 404 and not node_step.node_exists(ops, node_name):
             return _fail(row, "api", _deleted_message(node_name, "api"), ctx, ops, node_name, started)
         return _fail(row, "api", "node %s: Kubernetes API error %s" % (node_name, _api_error(exc)), ctx, ops, node_name, started)
     except WATCH_CONNECTION_ERRORS as exc:
-        return _unreachable(row, progress["stage"], exc, ctx, ops, node_name, started)
+        return _unreachable(row, where["stage"], exc, ctx, ops, node_name, started)
 
 
 def _api_error(exc):
@@ -455,6 +466,16 @@ def rollback_summary(outcome):
     return text + (" but " + "; ".join(outcome["mismatches"]) if outcome.get("mismatches") else "")
 
 
+# A row's result as the progress record names the node's last step.
+FINAL_STEP = {"reconfigured": "done", "verified": "verified", "failed": "failed", "invalid": "invalid",
+              "unchanged": "unchanged", "not started": "not started"}
+
+
+def report_row(ctx, row):
+    ctx.report(row["node"], FINAL_STEP.get(row["result"], row["result"]), row.get("message") or "")
+    return row
+
+
 def not_started_row(node_name, message):
     return {"node": node_name, "model": None, "before": None, "after": None, "evicted": [], "duration_s": 0.0,
             "result": "not started", "message": message}
@@ -477,7 +498,7 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
 
     def one(name):
         if halted:
-            return not_started_row(name, "not started: the rollout halted after %s failed" % halted[0]), \
+            return report_row(ctx, not_started_row(name, "not started: the rollout halted after %s failed" % halted[0])), \
                 {"node": name, "errors": [], "not_started": True}
         if not hasattr(local, "ops"):
             local.ops = ctx.ops_factory()  # one client per worker thread, reused for its next nodes
@@ -496,7 +517,7 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
                     name, " | ".join(short)))
                 row.update(model=planned.get("model"), before=planned.get("current_config"),
                            after=planned.get("current_config"))
-                return row, planned
+                return report_row(ctx, row), planned
         plan_s = time.monotonic() - started
         row = reconfigure_node(ctx, name, target, planned, hold_cordon=hold_cordon, ops=local.ops)
         # Outside drain + apply + verify: the fresh plan before, and giving the node back after.
@@ -504,7 +525,7 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
             row.get("duration_s", 0.0) - sum(row.get("timings", {}).values()), 3)}
         if row["result"] in ("failed", "invalid"):
             halted.append(name)
-        return row, planned
+        return report_row(ctx, row), planned
 
     if not node_names:
         return [], []
@@ -559,7 +580,14 @@ def release_all(ctx, rows, target, hardware_by_node=None):
     if not rows:
         return []
     with ThreadPoolExecutor(max_workers=min(16, len(rows))) as pool:
-        return list(pool.map(lambda r: release_node(ctx, r, target, hardware_by_node.get(r["node"])), rows))
+        return list(pool.map(lambda r: release_one(ctx, r, target, hardware_by_node.get(r["node"])), rows))
+
+
+def release_one(ctx, row, target, hardware=None):
+    if row.get("result") != "verified":
+        return row
+    ctx.report(row["node"], "releasing", "hardware against the target, then uncordon")
+    return report_row(ctx, release_node(ctx, row, target, hardware))
 
 
 def plan_diff(plans):

@@ -21,7 +21,7 @@ def _percent(value):
     return "-" if value is None else "%.0f%%" % (100.0 * value)
 
 
-def _counts(counts):
+def resource_counts(counts):
     return ", ".join("%s=%s" % (short_resource_name(k), v) for k, v in sorted(counts.items()) if v) or "-"
 
 
@@ -42,7 +42,7 @@ def render_table(report):
         if node["state_seconds"] is not None and state != "-":
             state += " %ds" % node["state_seconds"]
         rows.append([node["name"], node["model"] or "-", node["mig_strategy"], node["mig_config"] or "-", state,
-                     _counts(node["allocatable"]), _counts(node["requested"]), node["findings"]])
+                     resource_counts(node["allocatable"]), resource_counts(node["requested"]), node["findings"]])
     lines += _table(["NODE", "MODEL", "STRATEGY", "MIG.CONFIG", "STATE", "ALLOCATABLE", "REQUESTED", "FINDINGS"],
                     rows)
     lines.append("")
@@ -77,7 +77,7 @@ def _memory_slices(model_name):
     return (model or {}).get("memory_slices") or 8
 
 
-def _gpu_svg(node, gpu):
+def gpu_svg(node, gpu):
     """One GPU as a strip of memory slices; each MIG instance a box over the slices it occupies."""
     columns = _memory_slices(gpu["model"])
     cell, height, pad = 56, 54, 2
@@ -169,10 +169,10 @@ def render_html(report):
                       escape(node["mig_config_state"] or "no state"),
                       ", %ds" % node["state_seconds"] if node["state_seconds"] is not None else "",
                       "" if sharing == "none" else " &middot; shared %s x%s" % (escape(sharing), escape(str(node.get("replicas")))),
-                      escape(_counts(node["allocatable"])), escape(_counts(node["requested"]))))
+                      escape(resource_counts(node["allocatable"])), escape(resource_counts(node["requested"]))))
         for gpu in node["gpus"]:
             out.append('<div class="gpubox"><div>GPU %d &middot; %s</div>%s</div>'
-                       % (gpu["index"], escape(gpu["layout_source"]), _gpu_svg(node, gpu)))
+                       % (gpu["index"], escape(gpu["layout_source"]), gpu_svg(node, gpu)))
         out.append("</div>")
     out.append("</body></html>")
     return "\n".join(out)

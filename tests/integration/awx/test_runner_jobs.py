@@ -148,6 +148,15 @@ def test_plan_job_then_apply_job_through_ansible_runner(testbed, gpu_cluster, ad
         assert labels.get(CONFIG) == "all-balanced" and labels.get(STATE) == "success", labels
         assert gpu_allocatable(testbed, name) == dict((k, 2 * v) for k, v in H100_BALANCED_PER_GPU.items())
         assert testbed.core.read_node(name).spec.unschedulable in (None, False)
+    # The job output shows each node's steps while its step runs: job events before that step's result.
+    events = list(apply.events)
+    for name in nodes:
+        lines = [e for e in events if "MIG rollout: " in (e.get("stdout") or "") and "  %s  " % name in e["stdout"]]
+        steps = [e["stdout"].split("  ")[2] for e in lines]
+        assert steps[:1] == ["draining"] and steps[-1:] == ["done"] and "verifying" in steps, steps
+        result = [e for e in events if e.get("event") == "runner_on_ok" and e["event_data"].get("task", "").startswith(
+            "Reconfigure step") and name in [r["node"] for r in e["event_data"].get("res", {}).get("rows", [])]]
+        assert result and lines[-1]["counter"] < result[0]["counter"], (name, [e["counter"] for e in lines], result)
 
 
 def test_custom_profile_answer_reaches_the_playbook(testbed, gpu_cluster, add_gpu_node, tmp_path):

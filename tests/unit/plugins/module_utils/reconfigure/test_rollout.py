@@ -9,6 +9,9 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure 
 
 
 class Ctx(object):
+    progress = None  # tests that follow the progress record set a progress.Progress
+    report = rollout.Context.report
+
     def ops_factory(self):
         return object()
 
@@ -173,3 +176,13 @@ def test_a_node_whose_pods_no_longer_fit_is_not_started_and_the_others_go_on(mon
     assert [r["result"] for r in rows] == ["reconfigured", "not started", "reconfigured"]
     assert rows[1]["message"].startswith("node b not started, nothing was changed there: pods to evict ask for 1 ")
     assert rows[1]["before"] == rows[1]["after"] == "all-disabled" and rows[1]["evicted"] == []
+
+
+def test_each_node_outcome_reaches_the_progress_record(monkeypatch, tmp_path):
+    from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import progress
+    fake_node_steps(monkeypatch, fail=("b",))
+    ctx = Ctx()
+    ctx.progress = progress.Progress(str(tmp_path / "p.json"))
+    rollout.run_rollout(ctx, ["a", "b", "c"], "all-balanced", window=1)
+    steps = dict((n["node"], n["step"]) for n in ctx.progress.record()["nodes"])
+    assert steps == {"a": "done", "b": "failed", "c": "not started"}

@@ -1,0 +1,156 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""What a rollout is doing now, for people watching it: a progress record on disk and Kubernetes Events.
+
+The rollout calls ``Progress.step(node, step, message)`` as each node moves on (draining, pending, rebooting,
+verifying, done/failed...). Each call rewrites a small JSON record atomically (write to a temporary file in the
+same directory, then ``os.replace``), so a reader - the ``mig_rollout_progress`` action polling an async
+``mig_rollout`` - never sees half a file. Some steps also post a core/v1 Event on the Node (reason
+``MigReconfigure*``, source component ``gpufleet``), which ``kubectl describe node`` lists: 3 requests per changed
+node (Draining, Applied, Verified - after the release when the node is held for the hardware check; Failed on a
+failure).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import json
+import os
+import tempfile
+import threading
+import time
+
+RECORD_VERSION = 1
+EVENT_NAMESPACE = "default"  # where Events about cluster-scoped objects go (client-go tools/record does the same)
+EVENT_SOURCE = "gpufleet"
+# step -> (Event reason, type); steps not listed are only written to the progress record.
+EVENT_REASONS = {
+    "draining": ("MigReconfigureDraining", "Normal"),
+    "applied": ("MigReconfigureApplied", "Normal"),
+    "done": ("MigReconfigureVerified", "Normal"),
+    "failed": ("MigReconfigureFailed", "Warning"),
+}
+FINAL_STEPS = ("done", "verified", "failed", "invalid", "unchanged", "not started")
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def rfc3339(moment):
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event_body(node_name, node_uid, reason, event_type, message, moment):
+    """A core/v1 Event about a Node (legacy form: no eventTime, namespace ``default`` as the API requires for an
+    object without a namespace)."""
+    stamp = rfc3339(moment)
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": "%s.gpufleet-" % node_name, "namespace": EVENT_NAMESPACE},
+        # kubectl describe node finds a Node's Events by its uid or, as the kubelet writes them, by its name.
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid or node_name},
+        "reason": reason, "message": message[:1024], "type": event_type,
+        "source": {"component": EVENT_SOURCE},
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }
+
+
+class Progress(object):
+    """Thread-safe: every worker thread of a rollout reports here.
+
+    ``path``: the JSON record to keep current (None: no file). ``events_ops``: a ``KubeOps`` to post Events with
+    (None: no Events). An Event that cannot be posted never fails the rollout; the first such error per reason is
+    kept in ``event_errors``."""
+
+    def __init__(self, path=None, events_ops=None, config=None, clock=time.time):
+        self.path = path
+        self.events_ops = events_ops
+        self.config = config
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.started = clock()
+        self.nodes = {}
+        self.order = []
+        self.finished = False
+        self.events_posted = 0
+        self.event_errors = []
+        if path:
+            self.write()
+
+    def step(self, node_name, step, message=""):
+        now = self.clock()
+        with self.lock:
+            entry = self.nodes.get(node_name)
+            if entry is None:
+                entry = self.nodes[node_name] = {"node": node_name, "started": now, "history": []}
+                self.order.append(node_name)
+            if entry.get("step") == step and entry.get("message") == message:
+                return
+            entry.update(step=step, since=now, message=message, elapsed_s=round(now - entry["started"], 1))
+            entry["history"].append([round(now, 3), step])
+            if self.path:
+                self.write()
+        if self.events_ops is not None and step in EVENT_REASONS:
+            reason, event_type = EVENT_REASONS[step]
+            self.post_event(node_name, reason, event_type, message or step)
+
+    def post_event(self, node_name, reason, event_type, message):
+        try:
+            self.events_ops.create_event(EVENT_NAMESPACE, event_body(
+                node_name, None, reason, event_type, message, utc_now()))
+            with self.lock:
+                self.events_posted += 1
+        except Exception as exc:  # noqa: BLE001 - an Event is a courtesy; the rollout goes on without it
+            text = "Event %s on node %s not posted: %s" % (reason, node_name, getattr(exc, "status", None) and
+                                                           "HTTP %s %s" % (exc.status, exc.reason) or exc)
+            with self.lock:
+                if not any(e.startswith("Event %s " % reason) for e in self.event_errors):
+                    self.event_errors.append(text)
+
+    def finish(self):
+        with self.lock:
+            self.finished = True
+            if self.path:
+                self.write()
+
+    def record(self):
+        return {"version": RECORD_VERSION, "config": self.config, "started": round(self.started, 3),
+                "updated": round(self.clock(), 3), "finished": self.finished,
+                "nodes": [dict(self.nodes[n], history=list(self.nodes[n]["history"])) for n in self.order]}
+
+    def write(self):
+        """Replace the record atomically (caller holds the lock, or no thread runs yet)."""
+        directory = os.path.dirname(os.path.abspath(self.path))
+        handle, temp = tempfile.mkstemp(prefix=".progress-", dir=directory)
+        try:
+            with os.fdopen(handle, "w") as stream:
+                json.dump(self.record(), stream)
+            os.replace(temp, self.path)
+        except Exception:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+            raise
+
+
+def progress_lines(old, new):
+    """Lines for what changed between two records (``old`` may be None): one per node whose step changed, with
+    the step's wall-clock time and the time since the node started. Lines never contain ``{`` (a JSON stdout
+    callback's output is found by its first brace)."""
+    before = dict((n["node"], n) for n in (old or {}).get("nodes") or [])
+    changes = []
+    for node in (new or {}).get("nodes") or []:
+        prior = before.get(node["node"]) or {"history": []}
+        for moment, step in node.get("history", [])[len(prior.get("history") or []):]:
+            elapsed = max(0.0, moment - node["started"])
+            clock = datetime.datetime.fromtimestamp(moment).strftime("%H:%M:%S")
+            text = "%s  %s  %s  +%.0fs" % (clock, node["node"], step, elapsed)
+            if step in FINAL_STEPS and node.get("message") and step == node.get("step"):
+                text += "  " + node["message"]
+            changes.append((moment, text.replace("{", "(").replace("}", ")")))
+    return [text for _moment, text in sorted(changes, key=lambda change: change[0])]  # in the order they happened

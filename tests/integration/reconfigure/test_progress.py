@@ -1,0 +1,107 @@
+"""A rollout shows each node's step while it runs - in the terminal, as the lines arrive - and leaves Kubernetes
+Events on each node (kubectl describe node). mig-reconfigure.yml under the least-privilege ServiceAccount, with
+Ansible's default (text) output as a person sees it."""
+
+import datetime
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tests.integration.reconfigure.conftest import PLAYBOOK, REPO_ROOT, node_view
+from tests.integration.reconfigure.test_rollout import STATE, rollout_vars, wait_advertised
+from tests.testbed.pytest_cluster import unique_name
+
+LINE = re.compile(r"MIG rollout: (\d\d:\d\d:\d\d)  (\S+)  (\S+(?: started)?)  \+(\d+)s")
+
+
+def run_streaming(runner, nodes, extra_vars, timeout=420):
+    """ansible-playbook with the default callback; every stdout line with the wall-clock time it arrived."""
+    env = dict(runner.env(), ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
+               ANSIBLE_FORCE_COLOR="false", ANSIBLE_NOCOLOR="true")
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOK),
+           "-i", str(runner.inventory(nodes)), "-e", json.dumps(extra_vars)]
+    proc = subprocess.Popen(cmd, env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1)
+    lines = []
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    try:
+        for line in proc.stdout:
+            lines.append((time.time(), line.rstrip("\n")))
+        proc.wait()
+    finally:
+        killer.cancel()
+    return proc.returncode, lines, time.time()
+
+
+def events_of(testbed, node):
+    out = testbed.kubectl("get", "events", "-n", "default", "--field-selector",
+                          "involvedObject.kind=Node,involvedObject.name=%s" % node, "-o", "json").stdout
+    # In the order they were written: timestamps have one-second resolution, resourceVersion grows with each write.
+    items = sorted(json.loads(out)["items"], key=lambda e: int(e["metadata"]["resourceVersion"]))
+    return [(e["reason"], e["type"], (e.get("source") or {}).get("component"), e.get("message")) for e in items
+            if (e.get("source") or {}).get("component") == "gpufleet"]
+
+
+def test_progress_lines_arrive_while_the_rollout_runs_and_events_record_it(testbed, gpu_cluster, add_gpu_node, runner):
+    canary = add_gpu_node("pg-canary", "H100-80GB-HBM3", 1, faults=["slow"])
+    good = add_gpu_node("pg-good", "H100-80GB-HBM3", 1)
+    bad = add_gpu_node("pg-bad", "H100-80GB-HBM3", 1, faults=["fail"])
+    order = [canary, good, bad]
+    for name in order:
+        wait_advertised(testbed, name)
+    variables = dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb", mig_reconfigure_nodes=order,
+                     mig_reconfigure_max_unavailable=2, mig_reconfigure_collect_hardware=False,
+                     mig_reconfigure_progress_interval=1)
+
+    rc, lines, ended = run_streaming(runner, order, variables)
+    text = "\n".join(line for _t, line in lines)
+    (runner.workdir / "playbook-output.txt").write_text(text)
+    print("playbook output: %s" % (runner.workdir / "playbook-output.txt"))
+    assert rc != 0, "the failing node should halt the rollout\n" + text[-6000:]
+    steps = {}
+    for arrived, line in lines:
+        match = LINE.search(line)
+        if match:
+            clock, node, step, elapsed = match.groups()
+            steps.setdefault(node, []).append((step, arrived, clock, int(elapsed)))
+    assert set(steps) == set(order), text[-6000:]
+
+    names = dict((n, [s for s, _a, _c, _e in steps[n]]) for n in order)
+    for node in (canary, good):
+        seen = names[node]
+        assert seen[0] == "draining" and seen[-1] == "done", (node, seen, text[-8000:])
+        assert {"labelled", "pending", "applied", "verifying"} <= set(seen), (node, seen)
+    assert names[bad][0] == "draining" and names[bad][-1] == "failed" and "pending" in names[bad], names[bad]
+
+    # Each line came out as it happened, while the step's task still ran: the canary's pending line was printed
+    # seconds before its done line (the slow fault holds it pending 4 s longer) and before the step's task ended
+    # (the next task's banner); the time a line shows is the step's own, at most a poll before it arrived.
+    arrived = dict((step, when) for step, when, _c, _e in steps[canary])
+    assert arrived["done"] - arrived["pending"] >= 3, steps[canary]
+    next_task = [when for when, line in lines if line.startswith("TASK [") and "after the change, step 0" in line]
+    assert next_task and next_task[0] - arrived["pending"] >= 3 and next_task[0] >= arrived["done"], (next_task, steps[canary])
+    assert ended >= next_task[0]
+    for node in order:
+        for step, when, clock, elapsed in steps[node]:
+            shown = datetime.datetime.combine(datetime.date.fromtimestamp(when),
+                                              datetime.datetime.strptime(clock, "%H:%M:%S").time()).timestamp()
+            assert -1 <= when - shown <= 15, (node, step, clock, when)
+    done_elapsed = [e for s, _a, _c, e in steps[canary] if s == "done"][0]
+    assert done_elapsed >= 4, steps[canary]
+
+    # Kubernetes Events on each node, as kubectl describe node shows them.
+    for node in (canary, good):
+        reasons = [(r, t) for r, t, _src, _m in events_of(testbed, node)]
+        assert reasons == [("MigReconfigureDraining", "Normal"), ("MigReconfigureApplied", "Normal"),
+                           ("MigReconfigureVerified", "Normal")], (node, reasons)
+        assert node_view(testbed, node)["labels"][STATE] == "success"
+    failed = events_of(testbed, bad)
+    assert [(r, t) for r, t, _s, _m in failed] == [("MigReconfigureDraining", "Normal"), ("MigReconfigureFailed", "Warning")]
+    assert bad in failed[-1][3] and "MIG Manager reported failed" in failed[-1][3]
+    described = testbed.kubectl("describe", "node", good).stdout
+    assert "MigReconfigureVerified" in described and "gpufleet" in described, described[-2000:]
