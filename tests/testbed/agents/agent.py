@@ -10,9 +10,11 @@ dcgm-exporter's metrics (see docs/DEVELOPING.md, "Simulated GPU Operator node ag
 
 import dataclasses
 import datetime
+import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -30,6 +32,7 @@ STATE_ANNOTATION = "gpusim.gpufleet.io/state"
 FAULT_ANNOTATION = "gpusim.gpufleet.io/fault"
 METRICS_ANNOTATION = "gpusim.gpufleet.io/metrics-url"
 PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+LAG_STATS_FILE = "agents-lag.json"
 FAULTS = ("fail", "fail-once", "wedge-pending", "wedge-once", "slow", "reset-unsupported", "gpu-held")
 
 
@@ -40,6 +43,40 @@ class Timing:
     reboot_seconds: float = 3.0     # node NotReady during a simulated reboot
     pod_wait_seconds: float = 300.0  # MIG Manager's wait for operand pods to go (upstream: 5 min)
     rescan_seconds: float = 2.0     # how often GFD/the device plugin look at the hardware again
+
+
+class LagStats:
+    """How far behind the cluster the agents run: seconds from a node's first change (watch event) to the end of
+    its reconcile. Cumulative counters in a JSON file (rewritten at most once a second) so that a benchmark can
+    take differences between two reads; `buckets` counts lags up to each bound (seconds)."""
+
+    BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.data = {"count": 0, "sum_s": 0.0, "max_s": 0.0, "buckets": dict((str(b), 0) for b in self.BOUNDS)}
+        self.written = 0.0
+
+    def record(self, lag):
+        data = self.data
+        data["count"] += 1
+        data["sum_s"] += lag
+        data["max_s"] = max(data["max_s"], lag)
+        for bound in self.BOUNDS:
+            if lag <= bound:
+                data["buckets"][str(bound)] += 1
+
+    def write_if_due(self):
+        now = time.monotonic()
+        if now - self.written < 1.0:
+            return
+        self.written = now
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(dict(self.data, written_unix=time.time())))
+            os.replace(tmp, self.path)
+        except OSError as err:
+            LOG.warning("lag stats %s: %s", self.path, err)
 
 
 class Agents:
@@ -55,6 +92,7 @@ class Agents:
         self.thread = None
         self.exporters = {}    # node -> metrics.Exporter
         self.logs_crd = None  # whether kwok serves Logs objects (unknown until tried)
+        self.lag = LagStats(self.hosts_dir / LAG_STATS_FILE)
 
     # -- node classification ---------------------------------------------------------------
     def state_file(self, node):
@@ -103,12 +141,14 @@ class Agents:
         while not cache.stopping.is_set():
             with cache.cond:
                 cache.cond.wait_for(lambda: cache.dirty or cache.stopping.is_set(), self.timing.rescan_seconds)
-                names, cache.dirty = cache.dirty, set()
+                names, since = cache.dirty.take()
                 cache.policy_changed = False
                 ready = all(cache.synced.values())
             if not ready:
                 with cache.cond:
                     cache.dirty |= names
+                    for name, first in since.items():
+                        cache.dirty.since[name] = min(first, cache.dirty.since.get(name, first))
                 continue
             names |= self._hardware_changed()
             for name in sorted(names):
@@ -116,6 +156,9 @@ class Agents:
                     self.reconcile_node(name)
                 except Exception as err:  # pylint: disable=broad-except  # one bad node must not stop the rest
                     LOG.warning("[%s] reconcile failed: %s", name, err)
+                if name in since:
+                    self.lag.record(time.monotonic() - since[name])
+            self.lag.write_if_due()
 
     def _hardware_changed(self):
         """Nodes whose state file changed since the last look (GFD re-labels on an interval too)."""
