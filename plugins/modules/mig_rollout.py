@@ -734,11 +734,12 @@ OPTION_KEYS = ("operator_namespace", "strategy", "pod_scope", "force", "delete_e
                "rollback_on_failure")
 
 
-def capacity_check(ctx, plans):
-    """Shortages of GPU room for the pods the plans evict (none while a plan is invalid: nothing runs then)."""
+def capacity_check(ops, plans):
+    """Shortages of GPU room for the pods the plans evict (none while a plan is invalid: nothing runs then); ``ops``
+    is the FleetSnapshot the plans were made from, so the nodes and pods are not listed twice."""
     if any(p["errors"] for p in plans) or not any(p.get("pods_to_evict") for p in plans):
         return []
-    return capacity.shortages(plans, ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or [])
+    return capacity.shortages(plans, ops.list_nodes().get("items") or [], ops.list_pods().get("items") or [])
 
 
 def room_check(ops, planned):
@@ -771,14 +772,15 @@ def roll(module):
         ctx = rollout.Context(ops_factory, dict((k, params[k]) for k in OPTION_KEYS))
         hardware = params["hardware"] or {}
         if params["phase"] == "plan" or module.check_mode:
-            plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
+            snapshot = rollout.FleetSnapshot(ctx.ops, ctx.namespace)
+            plans = rollout.plan_all(ctx, nodes, params["config"], hardware, snapshot)
             to_change = [p["node"] for p in plans if not p.get("at_target")]
             hold = any(n in hardware for n in to_change)
             result = dict(changed=False, plan=plans, plan_table=rollout.plan_table(plans),
                           invalid_nodes=[p["node"] for p in plans if p["errors"]],
                           batches=batches.cut(to_change, window, canary=params["canary"], hold=hold),
                           window=window, hold_cordon=hold)
-            result["stranded"] = capacity_check(ctx, plans) if params["phase"] != "release" else []
+            result["stranded"] = capacity_check(snapshot, plans) if params["phase"] != "release" else []
             result["capacity_warnings"] = [capacity.shortage_text(s) for s in result["stranded"]]
             if result["stranded"] and not params["allow_unschedulable"]:
                 result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
@@ -797,8 +799,9 @@ def roll(module):
             module.exit_json(**result)
         if params["phase"] == "apply" and not params["allow_unschedulable"]:
             # The cluster changes between the plan and each step: count again before this step changes anything.
-            plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
-            stranded = capacity_check(ctx, plans)
+            snapshot = rollout.FleetSnapshot(ctx.ops, ctx.namespace)
+            plans = rollout.plan_all(ctx, nodes, params["config"], hardware, snapshot)
+            stranded = capacity_check(snapshot, plans)
             if stranded:
                 to_change = [p["node"] for p in plans if not p.get("at_target")]
                 message = refusal(params["config"], to_change, stranded)
