@@ -13,7 +13,10 @@ POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, POLICY_NAME = "nvidia.com", "v1", "
 
 
 def api_client(kubeconfig):
-    return config.new_client_from_config(config_file=str(kubeconfig))
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = 16  # the reconcile threads share this client
+    return client.ApiClient(configuration)
 
 
 class DirtySet(set):
