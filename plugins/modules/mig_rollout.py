@@ -890,14 +890,15 @@ OPTION_KEYS = ("operator_namespace", "strategy", "pod_scope", "force", "delete_e
                "rollback_on_failure")
 
 
-def capacity_check(ctx, plans, to_change, window, canary=True, hold=False):
+def capacity_check(ops, plans, to_change, window, canary=True, hold=False):
     """Shortages of GPU room for the pods the plans evict once every node has changed (none while a plan is
     invalid: nothing runs then), and the node order (ordering.choose_order) when there are none: the order of
     ``to_change`` is kept unless it would leave evicted pods without room on the way and another does not.
+    ``ops`` is the FleetSnapshot the plans were made from, so the nodes and pods are not listed twice.
     Returns (stranded, choice or None); one list of nodes and one of pods for both."""
     if any(p["errors"] for p in plans) or not any(p.get("pods_to_evict") for p in plans):
         return [], None
-    nodes, pods = ctx.ops.list_nodes().get("items") or [], ctx.ops.list_pods().get("items") or []
+    nodes, pods = ops.list_nodes().get("items") or [], ops.list_pods().get("items") or []
     stranded = capacity.shortages(plans, nodes, pods)
     if stranded:
         return stranded, None
@@ -939,10 +940,11 @@ def roll(module):
         ctx = rollout.Context(ops_factory, dict((k, params[k]) for k in OPTION_KEYS))
         hardware = params["hardware"] or {}
         if params["phase"] == "plan" or module.check_mode:
-            plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
+            snapshot = rollout.FleetSnapshot(ctx.ops, ctx.namespace)
+            plans = rollout.plan_all(ctx, nodes, params["config"], hardware, snapshot)
             to_change = [p["node"] for p in plans if not p.get("at_target")]
             hold = any(n in hardware for n in to_change)
-            stranded, choice = capacity_check(ctx, plans, to_change, window, params["canary"], hold) \
+            stranded, choice = capacity_check(snapshot, plans, to_change, window, params["canary"], hold) \
                 if params["phase"] != "release" else ([], None)
             to_change = choice["order"] if choice else to_change
             result = dict(changed=False, plan=plans, plan_table=rollout.plan_table(plans),
@@ -973,9 +975,10 @@ def roll(module):
         if params["phase"] == "apply" and not params["allow_unschedulable"]:
             # The cluster changes between the plan and each step: count again before this step changes anything,
             # and run the step's nodes in an order that strands nothing on the way when the given one would.
-            plans = rollout.plan_all(ctx, nodes, params["config"], hardware)
+            snapshot = rollout.FleetSnapshot(ctx.ops, ctx.namespace)
+            plans = rollout.plan_all(ctx, nodes, params["config"], hardware, snapshot)
             to_change = [p["node"] for p in plans if not p.get("at_target")]
-            stranded, choice = capacity_check(ctx, plans, to_change, window, canary=False, hold=params["hold_cordon"])
+            stranded, choice = capacity_check(snapshot, plans, to_change, window, canary=False, hold=params["hold_cordon"])
             if choice and choice["changed"]:
                 nodes = choice["order"] + [n for n in nodes if n not in choice["order"]]
             ordered["order_note"] = order_note(choice, False)

@@ -105,8 +105,11 @@ def pids_mentioning(text):
 class Cluster:
     """One kwokctl cluster named ``name`` whose files all live under ``directory``."""
 
-    def __init__(self, name=DEFAULT_NAME, directory=DEFAULT_DIR, bin_dir=None):
+    def __init__(self, name=DEFAULT_NAME, directory=DEFAULT_DIR, bin_dir=None, audit_policy=None):
         self.name = name
+        # An audit.k8s.io/v1 Policy file: kube-apiserver then writes <cluster>/logs/audit.log (kwokctl
+        # option kubeAuditPolicy); the benchmark counts the controller's requests there.
+        self.audit_policy = Path(audit_policy) if audit_policy else None
         self.directory = Path(directory).resolve()
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.lock_wait_seconds = 0.0  # time up() waited for another cluster's start (not start time)
@@ -129,6 +132,10 @@ class Cluster:
     @property
     def config_path(self):
         return self.directory / ("kwokctl-%s.yaml" % self.name)
+
+    @property
+    def audit_log(self):
+        return self.cluster_dir / "logs" / "audit.log"
 
     def log_path(self, component):
         return self.cluster_dir / "logs" / ("%s.log" % component)
@@ -184,6 +191,8 @@ class Cluster:
             "enableCRDs": ["Logs"],
         }
         options.update(ports)
+        if self.audit_policy is not None:
+            options["kubeAuditPolicy"] = str(self.audit_policy)
         config = {"kind": "KwokctlConfiguration", "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "options": options}
         # kwok's default Stages, except that a node whose simulated kubelet is stopped stays NotReady (see the file)
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False) + "---\n" + KWOK_STAGES.read_text())

@@ -189,6 +189,10 @@ class KubeOps(object):
         self.counter.add("list")
         return _decode(self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False))
 
+    def list_configmaps(self, namespace):
+        self.counter.add("list")
+        return _decode(self.request("GET", "/api/v1/namespaces/%s/configmaps" % namespace))
+
     def get_configmap(self, namespace, name):
         """The ConfigMap as a dict, or None when it does not exist."""
         return self.get_optional("/api/v1/namespaces/%s/configmaps/%s" % (namespace, name))

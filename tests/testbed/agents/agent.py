@@ -8,12 +8,15 @@ the device plugin's capacity/allocatable, MIG Manager's hardware actions and lab
 dcgm-exporter's metrics (see docs/DEVELOPING.md, "Simulated GPU Operator node agents").
 """
 
+import concurrent.futures
 import dataclasses
 import datetime
+import json
 import logging
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -32,6 +35,8 @@ STATE_ANNOTATION = "gpusim.gpufleet.io/state"
 FAULT_ANNOTATION = "gpusim.gpufleet.io/fault"
 METRICS_ANNOTATION = "gpusim.gpufleet.io/metrics-url"
 PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+LAG_STATS_FILE = "agents-lag.json"
+RECONCILE_THREADS = 8
 # slow-start: MIG Manager acts on a label change only after Timing.slow_seconds; stale-plugin: the device plugin
 # keeps advertising what it did (allocatable does not follow the hardware); kubelet-not-ready: after a host-client
 # shutdown kubelet comes back but the node stays NotReady until the fault is cleared.
@@ -47,6 +52,47 @@ class Timing:
     pod_wait_seconds: float = 300.0  # MIG Manager's wait for operand pods to go (upstream: 5 min)
     rescan_seconds: float = 2.0     # how often GFD/the device plugin look at the hardware again
     host_clients_seconds: float = 30.0  # MIG Manager's sleep after stopping host clients and kubelet (upstream 30 s)
+
+
+class LagStats:
+    """How far behind the cluster the agents run: seconds from a node's first change (watch event) to the end of
+    its reconcile. Cumulative counters in a JSON file (rewritten at most once a second) so that a benchmark can
+    take differences between two reads; `buckets` counts lags up to each bound (seconds)."""
+
+    BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.data = {"count": 0, "sum_s": 0.0, "max_s": 0.0, "buckets": dict((str(b), 0) for b in self.BOUNDS)}
+        self.written = 0.0
+        self.lock = threading.Lock()
+
+    def record(self, lag):
+        with self.lock:
+            self._record(lag)
+
+    def _record(self, lag):
+        data = self.data
+        data["count"] += 1
+        data["sum_s"] += lag
+        data["max_s"] = max(data["max_s"], lag)
+        for bound in self.BOUNDS:
+            if lag <= bound:
+                data["buckets"][str(bound)] += 1
+
+    def write_if_due(self):
+        now = time.monotonic()
+        if now - self.written < 1.0:
+            return
+        self.written = now
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            with self.lock:
+                text = json.dumps(dict(self.data, written_unix=time.time()))
+            tmp.write_text(text)
+            os.replace(tmp, self.path)
+        except OSError as err:
+            LOG.warning("lag stats %s: %s", self.path, err)
 
 
 class Agents:
@@ -65,6 +111,8 @@ class Agents:
         self.gfd_binary = gfd_binary  # NVIDIA's GFD: its labels win over the re-implementation
         self.nvml_lib_dir = nvml_lib_dir
         self.gfd_runs = {}  # node -> (inputs, labels) of its last GFD run
+        self.lag = LagStats(self.hosts_dir / LAG_STATS_FILE)
+        self.pool = concurrent.futures.ThreadPoolExecutor(RECONCILE_THREADS, thread_name_prefix="reconcile")
 
     # -- node classification ---------------------------------------------------------------
     def state_file(self, node):
@@ -113,19 +161,28 @@ class Agents:
         while not cache.stopping.is_set():
             with cache.cond:
                 cache.cond.wait_for(lambda: cache.dirty or cache.stopping.is_set(), self.timing.rescan_seconds)
-                names, cache.dirty = cache.dirty, set()
+                names, since = cache.dirty.take()
                 cache.policy_changed = False
                 ready = all(cache.synced.values())
             if not ready:
                 with cache.cond:
                     cache.dirty |= names
+                    for name, first in since.items():
+                        cache.dirty.since[name] = min(first, cache.dirty.since.get(name, first))
                 continue
             names |= self._hardware_changed()
-            for name in sorted(names):
-                try:
-                    self.reconcile_node(name)
-                except Exception as err:  # pylint: disable=broad-except  # one bad node must not stop the rest
-                    LOG.warning("[%s] reconcile failed: %s", name, err)
+            # Nodes in parallel (each node by one thread per pass): a reconcile mostly waits on the API server, and
+            # one at a time the agents fell minutes behind 200 nodes on a loaded machine.
+            list(self.pool.map(lambda name: self._reconcile_one(name, since.get(name)), sorted(names)))
+            self.lag.write_if_due()
+
+    def _reconcile_one(self, name, first_marked):
+        try:
+            self.reconcile_node(name)
+        except Exception as err:  # pylint: disable=broad-except  # one bad node must not stop the rest
+            LOG.warning("[%s] reconcile failed: %s", name, err)
+        if first_marked is not None:
+            self.lag.record(time.monotonic() - first_marked)
 
     def _hardware_changed(self):
         """Nodes whose state file changed since the last look (GFD re-labels on an interval too)."""

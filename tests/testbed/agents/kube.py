@@ -2,6 +2,7 @@
 
 import logging
 import threading
+import time
 
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
@@ -12,13 +13,43 @@ POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, POLICY_NAME = "nvidia.com", "v1", "
 
 
 def api_client(kubeconfig):
-    return config.new_client_from_config(config_file=str(kubeconfig))
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = 16  # the reconcile threads share this client
+    return client.ApiClient(configuration)
+
+
+class DirtySet(set):
+    """Names of nodes to reconcile, with when each was first marked since its last reconcile (`since`)."""
+
+    def __init__(self, names=()):
+        super().__init__(names)
+        self.since = {}
+
+    def add(self, name):
+        if name not in self:
+            self.since.setdefault(name, time.monotonic())
+        super().add(name)
+
+    def __ior__(self, names):
+        for name in names:
+            self.add(name)
+        return self
+
+    def take(self):
+        """(names, {name: first marked}) and empty the set."""
+        names, since = set(self), self.since
+        self.clear()
+        self.since = {}
+        return names, since
 
 
 class Cache:
     """Nodes, pods (all namespaces) and the ClusterPolicy, kept current by watches.
 
-    Every change wakes `cond` waiters and records the affected node names in `dirty`.
+    Every change wakes `cond` waiters and records the affected node names in `dirty`, and when each first became
+    dirty in `dirty_since` (the agents' lag is measured from there). Pods are also indexed by node: with 1000
+    nodes a scan of every pod per question is what made the agents fall behind.
     """
 
     def __init__(self, api):
@@ -28,8 +59,9 @@ class Cache:
         self.cond = threading.Condition()
         self.nodes = {}
         self.pods = {}
+        self.pods_by_node = {}  # node name -> {uid: pod}
         self.policy = None
-        self.dirty = set()
+        self.dirty = DirtySet()
         self.policy_changed = False
         self.synced = {"nodes": False, "pods": False, "policy": False}
         self.stopping = threading.Event()
@@ -101,16 +133,24 @@ class Cache:
         if kind == "SYNC":
             old = self.pods
             self.pods = {p["metadata"]["uid"]: p for p in obj}
+            self.pods_by_node = {}
+            for pod in obj:
+                self.pods_by_node.setdefault(pod.get("spec", {}).get("nodeName"), {})[pod["metadata"]["uid"]] = pod
             self.dirty |= {p.get("spec", {}).get("nodeName") for p in list(old.values()) + obj} - {None}
             return
         uid = obj["metadata"]["uid"]
-        if kind == "DELETED":
-            self.pods.pop(uid, None)
-        elif kind in ("ADDED", "MODIFIED"):
+        previous = self.pods.pop(uid, None)
+        if previous is not None:
+            self.pods_by_node.get(previous.get("spec", {}).get("nodeName"), {}).pop(uid, None)
+        if kind in ("ADDED", "MODIFIED"):
             self.pods[uid] = obj
+            self.pods_by_node.setdefault(obj.get("spec", {}).get("nodeName"), {})[uid] = obj
         node = obj.get("spec", {}).get("nodeName")
         if node:
             self.dirty.add(node)
+        old_node = previous.get("spec", {}).get("nodeName") if previous else None
+        if old_node and old_node != node:
+            self.dirty.add(old_node)
 
     def _on_policy(self, kind, obj):
         if kind == "SYNC":
@@ -130,7 +170,7 @@ class Cache:
 
     # -- queries (call with cond held or accept a racy snapshot) ---------------------------
     def pods_on(self, node):
-        return [p for p in list(self.pods.values()) if p.get("spec", {}).get("nodeName") == node]
+        return list(self.pods_by_node.get(node, {}).values())
 
     def running_pod(self, node, namespace, app):
         for pod in self.pods_on(node):

@@ -240,7 +240,7 @@ class MigManager:
     def _publish_generated(self, generated):
         core, ns = self.cache.core, self.agents.namespace
         name = "%s-mig-config" % self.node
-        pod = next((p for p in self.cache.pods.values() if p["metadata"]["uid"] == self.pod_uid), None)
+        pod = self.cache.pods.get(self.pod_uid)
         owners = None
         if pod:
             owners = [client.V1OwnerReference(api_version="v1", kind="Pod", name=pod["metadata"]["name"],

@@ -186,3 +186,61 @@ def test_each_node_outcome_reaches_the_progress_record(monkeypatch, tmp_path):
     rollout.run_rollout(ctx, ["a", "b", "c"], "all-balanced", window=1)
     steps = dict((n["node"], n["step"]) for n in ctx.progress.record()["nodes"])
     assert steps == {"a": "done", "b": "failed", "c": "not started"}
+
+
+class CountingOps(object):
+    """Records each KubeOps read FleetSnapshot makes (the real reads are covered by the integration tests)."""
+
+    def __init__(self, forbid_configmap_list=False):
+        self.calls = []
+        self.forbid = forbid_configmap_list
+
+    def list_nodes(self, label_selector=None):
+        self.calls.append("list_nodes")
+        return {"items": [{"metadata": {"name": "n1"}}, {"metadata": {"name": "n2"}}]}
+
+    def list_pods(self):
+        self.calls.append("list_pods")
+        return {"items": [{"metadata": {"name": "p1", "namespace": "w"}, "spec": {"nodeName": "n1"}},
+                          {"metadata": {"name": "p2", "namespace": "w"}, "spec": {"nodeName": "n2"}},
+                          {"metadata": {"name": "p3", "namespace": "w"}, "spec": {}}]}
+
+    def list_configmaps(self, namespace):
+        self.calls.append("list_configmaps")
+        if self.forbid:
+            raise rollout.ApiException(status=403, reason="Forbidden")
+        return {"items": [{"metadata": {"name": "n1-mig-config"}, "data": {"config.yaml": "x"}}]}
+
+    def get_configmap(self, namespace, name):
+        self.calls.append("get_configmap %s/%s" % (namespace, name))
+        return None
+
+    def list_pdbs(self, namespace):
+        self.calls.append("list_pdbs %s" % namespace)
+        return {"items": []}
+
+
+def test_fleet_snapshot_answers_per_node_reads_from_three_lists():
+    ops = CountingOps()
+    snap = rollout.FleetSnapshot(ops, "gpu-operator")
+    assert snap.get_node("n2")["metadata"]["name"] == "n2"
+    assert [p["metadata"]["name"] for p in snap.list_pods_on_node("n1")["items"]] == ["p1"]
+    assert snap.list_pods_on_node("n3")["items"] == []
+    assert snap.get_configmap("gpu-operator", "n1-mig-config")["data"] == {"config.yaml": "x"}
+    assert snap.get_configmap("gpu-operator", "n2-mig-config") is None
+    snap.list_pdbs("w")
+    snap.list_pdbs("w")
+    assert ops.calls == ["list_nodes", "list_pods", "list_configmaps", "list_pdbs w"]
+    try:
+        snap.get_node("gone")
+    except rollout.ApiException as exc:
+        assert exc.status == 404
+    else:
+        raise AssertionError("a node missing from the snapshot must read as 404")
+
+
+def test_fleet_snapshot_falls_back_to_get_when_configmaps_cannot_be_listed():
+    ops = CountingOps(forbid_configmap_list=True)
+    snap = rollout.FleetSnapshot(ops, "gpu-operator")
+    assert snap.get_configmap("gpu-operator", "n1-mig-config") is None
+    assert ops.calls[-1] == "get_configmap gpu-operator/n1-mig-config"
