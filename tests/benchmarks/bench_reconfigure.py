@@ -277,7 +277,7 @@ class Bench:
         planned = [h for play in data["plays"] for t in play["tasks"]
                    if t["task"]["name"].endswith("Plan every node and cut the canary and the batches")
                    for h in t["hosts"].values()]
-        nodes = len([p for p in (planned[0].get("plan") or [])]) if planned else 0
+        nodes = len(planned[0].get("plan") or []) if planned else 0
         if nodes != count:
             raise SystemExit("the plan covers %d nodes, expected %d" % (nodes, count))
         figures["task_seconds"] = top_tasks(data)
@@ -404,8 +404,8 @@ def markdown(result):
         if not f:
             continue
         rows.append(("%s, max_unavailable %d: wall vs bound" % (label, f["max_unavailable"]), "<= 1.05 x (200), 1.10 x (1000)",
-                     "%.1f s vs %d x %.2f s = %.1f s -> %.3f x" % (f["wall_s"], f["waves"], f["step_mean_s"], f["bound_s"],
-                                                                f["wall_over_bound"]),
+                     "%.1f s vs %d x %.2f s = %.1f s -> %.3f x" % (
+                         f["wall_s"], f["waves"], f["step_mean_s"], f["bound_s"], f["wall_over_bound"]),
                      "drain %(drain_s).2f + apply %(apply_s).2f + verify %(verify_s).2f s" % f["step_parts_mean_s"], load(f)))
         rows.append(("%s: overhead per node" % label, "< 0.3 s", "%.3f s" % f["overhead_per_node_s"],
                      "module window %.3f x bound" % f["module_window_over_bound"], load(f)))

@@ -101,7 +101,7 @@ def fleet(testbed, gpu_cluster):
         resources = dict({"cpu": "32", "memory": "256Gi", "pods": "110"}, **gpus)
         nfd = NFD_GPU_NODE_LABELS if labels else {}
         testbed.create_node(name, labels=dict(mark, **dict(nfd, **labels)), capacity=resources, allocatable=resources)
-    for name, (labels, _) in nodes.items():
+    for name, (labels, _gpus) in nodes.items():
         if labels:
             gpu_cluster.wait_labels(name, {"nvidia.com/gpu.deploy.operator-validator": "true"})
     yield run, "test.gpufleet.io/run=" + run

@@ -40,6 +40,7 @@ class FaultRunner(Runner):
         env.update(self.extra_env)
         return env
 
+
 NODE = "gpu-unreachable-1"
 
 # One task per module that talks to the API, with only the options it requires (and what makes it call).
@@ -169,7 +170,7 @@ def run_cases(proxy, workdir, cases, retry_seconds=None):
 
 @pytest.mark.parametrize("status,retry_after", [(503, None), (500, None), (429, 1)], ids=["503", "500", "429"])
 def test_every_module_reports_a_persistent_error_status_in_one_line(testbed, fault_proxy, tmp_path, status,
-                                                                     retry_after):
+                                                                    retry_after):
     fault_proxy.clear()
     fault_proxy.add("status", code=status, retry_after=retry_after)
     try:

@@ -70,4 +70,4 @@ def build_host(path, model, layout):
 
 
 def layout_devices(layout):
-    return collections.Counter(p for devices in layout.values() if devices for p, n in devices.items() for _ in range(n))
+    return collections.Counter(p for devices in layout.values() if devices for p, n in devices.items() for _copy in range(n))

@@ -39,7 +39,7 @@ def _parser():
         cmd.add_argument("--nvml-lib-dir", help="directory of the simulated libnvidia-ml.so.1 "
                          "(default: LD_LIBRARY_PATH as given)")
         cmd.add_argument("--gfd-binary", help="NVIDIA's gpu-feature-discovery (tests/testbed/build-gfd.sh gfd): its labels "
-                                               "instead of the re-implemented ones (operands.gfd_labels)")
+                                              "instead of the re-implemented ones (operands.gfd_labels)")
         cmd.add_argument("-v", "--verbose", action="store_true")
         if name == "start":
             cmd.add_argument("--pidfile", default=DEFAULT_PIDFILE)

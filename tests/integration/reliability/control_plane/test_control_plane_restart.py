@@ -39,6 +39,7 @@ from tests.integration.reconfigure.test_rollout import (
 from tests.testbed.cluster import COMPONENTS
 from tests.testbed.pytest_cluster import unique_name
 
+
 def workloads(testbed, namespace, nodes):
     for node in nodes:
         deploy(testbed, namespace, "gpu-" + node[-6:], node, resources={"nvidia.com/gpu": "1"})
@@ -47,10 +48,12 @@ def workloads(testbed, namespace, nodes):
         wait_running(testbed, node, 2, namespace)
     return dict((node, running_pods(testbed, node, namespace)) for node in nodes)
 
+
 def assert_only_gpu_pods_gone(testbed, namespace, before):
     for node, pods in before.items():
         gone = sorted(set(pods) - set(running_pods(testbed, node, namespace)))
         assert gone == sorted(k for k in pods if "/gpu-" in k), "node %s: pods gone %s" % (node, gone)
+
 
 def wait_pending(testbed, node, agents, timeout=240):
     """Until ``node`` is pending and MIG Manager is in its hardware step (the "slow" fault holds it there 30 s):
@@ -60,9 +63,11 @@ def wait_pending(testbed, node, agents, timeout=240):
     testbed.wait_for(lambda: "[%s] mig-manager: Applying the selected MIG config" % node in agents.log_file.read_text(),
                      timeout, "MIG Manager of %s in its hardware step" % node)
 
+
 def lease(testbed, name):
     proc = testbed.kubectl("get", "lease", "-n", "gpu-operator", name, "-o", "json", check=False)
     return json.loads(proc.stdout) if proc.returncode == 0 else None
+
 
 def two_nodes(testbed, add_gpu_node):
     canary = add_gpu_node("cp-a", "H100-80GB-HBM3", 1, faults=["slow"])  # a few seconds in pending
@@ -71,6 +76,7 @@ def two_nodes(testbed, add_gpu_node):
         wait_advertised(testbed, name)
     return canary, other
 
+
 def assert_reconfigured(testbed, rows, names):
     for name in names:
         view = node_view(testbed, name)
@@ -78,9 +84,10 @@ def assert_reconfigured(testbed, rows, names):
         assert view["labels"][STATE] == "success" and gpu_allocatable(view) == {"nvidia.com/mig-1g.10gb": "7"}
         assert view["unschedulable"] is False and PRIOR_ANNOTATION not in view["annotations"]
 
+
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
 def test_restart_mid_rollout_continues_and_ends_verified(testbed, gpu_cluster, add_gpu_node, runner,
-                                                          testbed_namespace, component):
+                                                         testbed_namespace, component):
     canary, other = two_nodes(testbed, add_gpu_node)
     before = workloads(testbed, testbed_namespace, [canary, other])
     lock = unique_name("lock")
@@ -109,6 +116,7 @@ def test_restart_mid_rollout_continues_and_ends_verified(testbed, gpu_cluster, a
     assert_only_gpu_pods_gone(testbed, testbed_namespace, before)
     assert lease(testbed, lock) is None  # kept through the outage and released at the end
     assert "lock_error" not in json.dumps(result.data), result.explain()
+
 
 def test_down_past_the_deadline_stops_with_every_node_recorded_then_a_rerun_finishes(
         testbed, gpu_cluster, add_gpu_node, runner, testbed_namespace):
@@ -158,6 +166,7 @@ def test_down_past_the_deadline_stops_with_every_node_recorded_then_a_rerun_fini
     resumed = runner.playbook(PLAYBOOK, [canary, other], variables)
     assert resumed.rc == 0, resumed.explain()
     assert_reconfigured(testbed, rows_of(resumed), [canary, other])
+
 
 def test_component_stop_and_start_restore_the_cluster(testbed):
     """The testbed's own fault: after stop/start both components are healthy and the API answers."""

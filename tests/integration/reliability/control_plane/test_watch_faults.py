@@ -16,7 +16,6 @@ from tests.integration.reconfigure.test_rollout import STATE, gpu_allocatable, r
 from tests.testbed.pytest_cluster import unique_name
 
 
-
 def test_cut_and_stalled_watches_are_detected_re_listed_and_resumed(testbed, testbed_node, fault_proxy, tmp_path):
     name = testbed_node("watchfault").metadata.name
     ops = KubeOps(get_api_client({"kubeconfig": str(fault_proxy.kubeconfig(tmp_path / "kubeconfig"))}),

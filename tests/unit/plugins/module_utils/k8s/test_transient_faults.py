@@ -225,7 +225,7 @@ class Transport(object):
         if params.get("watch"):
             answer = self.watches.pop(0) if self.watches else WatchResp([])
             if isinstance(answer, Exception):
-                raise answer
+                raise answer  # pylint: disable=raising-non-exception  # an Exception instance (checked above)
             return answer
         return self.listing
 
