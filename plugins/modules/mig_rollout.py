@@ -1027,7 +1027,7 @@ def roll(module):
                         lock_released = renewer.lock.release()[1]
                     except ApiException as exc:  # the rows matter more; the role releases it again
                         lock_released = "not released: %s" % api_error_message(exc)
-                    except CONNECTION_ERRORS as exc:
+                    except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
                         lock_released = "not released: API server unreachable (%s)" % connection_reason(exc)
     except LockHeld as exc:
         module.fail_json(msg="nodes %s not started, nothing was changed: %s" % (", ".join(nodes), exc),

@@ -308,7 +308,7 @@ class KubeOps(object):
                 if exc.status != 410:
                     failures, error = failures + 1, exc
                     self._note(exc)
-            except WATCH_CONNECTION_ERRORS as exc:
+            except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
                 note_unreachable()
                 relist = True
                 failures, error = failures + 1, exc

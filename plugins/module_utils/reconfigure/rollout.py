@@ -420,7 +420,7 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         if exc.status == 404 and not node_step.node_exists(ops, node_name):
             return _fail(row, "api", _deleted_message(node_name, "api"), ctx, ops, node_name, started)
         return _fail(row, "api", "node %s: Kubernetes API error %s" % (node_name, _api_error(exc)), ctx, ops, node_name, started)
-    except WATCH_CONNECTION_ERRORS as exc:
+    except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         return _unreachable(row, where["stage"], exc, ctx, ops, node_name, started)
 
 
@@ -487,7 +487,7 @@ def release_node(ctx, row, target, hardware=None):
     except ApiException as exc:
         return _fail(row, "api", "node %s: Kubernetes API error %s" % (row["node"], _api_error(exc)), ctx, ops, row["node"],
                      started)
-    except WATCH_CONNECTION_ERRORS as exc:
+    except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         return _unreachable(row, "release", exc, ctx, ops, row["node"], started)
 
 
@@ -561,7 +561,7 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
         started = time.monotonic()
         try:
             planned = plan_one(ctx, local.ops, name, target, hardware_by_node.get(name))
-        except WATCH_CONNECTION_ERRORS as exc:
+        except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
             halted.append(name)
             return not_started_row(name, "node %s not started, nothing was changed there: Kubernetes API server "
                                    "unreachable (%s)" % (name, connection_reason(exc))), \
