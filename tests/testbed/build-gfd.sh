@@ -20,7 +20,8 @@ CHECKER_SHA=$(sha256sum "$CHECKER_SRC" | cut -c1-12)
 GFD=$DIR/bin/gpu-feature-discovery
 CHECKER=$DIR/dpconfig-$CHECKER_SHA/dpconfig
 
-say() { printf '[testbed-build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# shellcheck source=tests/testbed/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
 
 case "${1:-all}" in
   path) echo "$DIR"; exit 0 ;;
@@ -31,10 +32,8 @@ case "${1:-all}" in
   *) echo "usage: $0 [all|path|gfd|dpconfig|version]" >&2; exit 2 ;;
 esac
 
-mkdir -p "$DIR"
-exec 9>"$DIR/.build.lock"
-flock 9
-export GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false"
+lock_cache_dir "$DIR"
+go_module_env
 
 if [ -x "$GFD" ] && [ -x "$CHECKER" ]; then
   say "k8s-device-plugin $DP_VERSION: gpu-feature-discovery and dpconfig cached"

@@ -17,7 +17,8 @@ GPU_OPERATOR_RELEASE=${GPU_OPERATOR_RELEASE:-v25.3.4}
 CACHE_ROOT=${GPUFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpufleet}
 DIR=${GPU_OPERATOR_DIR:-$CACHE_ROOT/testbed/gpu-operator-$GPU_OPERATOR_VERSION}
 
-say() { printf '[testbed-build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# shellcheck source=tests/testbed/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
 
 case "${1:-all}" in
   path) echo "$DIR"; exit 0 ;;
@@ -26,10 +27,8 @@ case "${1:-all}" in
   *) echo "usage: $0 [all|path|version]" >&2; exit 2 ;;
 esac
 
-mkdir -p "$DIR"
-exec 9>"$DIR/.build.lock"
-flock 9
-export GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false"
+lock_cache_dir "$DIR"
+go_module_env
 
 if [ -x "$DIR/bin/gpu-operator" ] && [ -f "$DIR/chart/gpu-operator/Chart.yaml" ] \
     && [ -d "$DIR/opt/gpu-operator/manifests" ]; then

@@ -31,8 +31,8 @@ OPERANDS = ["gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-device-plug
 
 
 @contextlib.contextmanager
-def label_history(testbed, node):
-    """Record every (mig.config.state, gpu.deploy.device-plugin) value pair the node goes through."""
+def node_history(testbed, node, project):
+    """Every distinct value of project(node) the node goes through, in order, while the block runs."""
     seen = []
     stop = threading.Event()
     core = client.CoreV1Api(testbed.api_client())
@@ -40,10 +40,9 @@ def label_history(testbed, node):
     def run():
         w = watch.Watch()
         for event in w.stream(core.list_node, field_selector="metadata.name=%s" % node, timeout_seconds=300):
-            labels = event["object"].metadata.labels or {}
-            pair = (labels.get(STATE), labels.get(DP))
-            if not seen or seen[-1] != pair:
-                seen.append(pair)
+            value = project(event["object"])
+            if not seen or seen[-1] != value:
+                seen.append(value)
             if stop.is_set():
                 w.stop()
                 return
@@ -57,6 +56,11 @@ def label_history(testbed, node):
         stop.set()
         core.patch_node(node, {"metadata": {"annotations": {"gpufleet.test/poke": str(time.time())}}})
         thread.join(10)
+
+
+def label_history(testbed, node):
+    """Record every (mig.config.state, gpu.deploy.device-plugin) value pair the node goes through."""
+    return node_history(testbed, node, lambda obj: ((obj.metadata.labels or {}).get(STATE), (obj.metadata.labels or {}).get(DP)))
 
 
 def in_order(seen, steps):

@@ -2,14 +2,12 @@
 from NVIDIA/mig-parted; reference nvidia-real-behaviour.md items 6-9): the states the real one reaches and the
 ones it never does. Same session fixtures as test_protocol.py (NVIDIA's chart and controller, the agents)."""
 
-import contextlib
-import threading
 import time
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 
-from tests.integration.agents.test_protocol import CONFIG, DP, PAUSABLE, PAUSED, STATE, in_order, mig_modes, ready_node
+from tests.integration.agents.test_protocol import CONFIG, DP, PAUSABLE, PAUSED, STATE, in_order, mig_modes, node_history, ready_node
 from tests.testbed.agents.migmanager import HOST_DRIVER_ANNOTATION, KUBELET_STOPPED_ANNOTATION
 from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES
 from tests.testbed.gpusim import hoststate
@@ -28,32 +26,9 @@ def ready_of(node):
     return next((c.status for c in node.status.conditions or [] if c.type == "Ready"), None)
 
 
-@contextlib.contextmanager
 def ready_history(testbed, node):
     """Every (mig.config.state, Ready) pair the node goes through."""
-    seen = []
-    stop = threading.Event()
-    core = client.CoreV1Api(testbed.api_client())
-
-    def run():
-        w = watch.Watch()
-        for event in w.stream(core.list_node, field_selector="metadata.name=%s" % node, timeout_seconds=300):
-            pair = ((event["object"].metadata.labels or {}).get(STATE), ready_of(event["object"]))
-            if not seen or seen[-1] != pair:
-                seen.append(pair)
-            if stop.is_set():
-                w.stop()
-                return
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    time.sleep(0.5)
-    try:
-        yield seen
-    finally:
-        stop.set()
-        core.patch_node(node, {"metadata": {"annotations": {"gpufleet.test/poke": str(time.time())}}})
-        thread.join(10)
+    return node_history(testbed, node, lambda obj: ((obj.metadata.labels or {}).get(STATE), ready_of(obj)))
 
 
 def test_already_applied_sets_every_pausable_deploy_label_true(gpu_cluster, add_gpu_node):

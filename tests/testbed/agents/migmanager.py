@@ -295,6 +295,9 @@ class MigManager:
     def run(self, value):
         self.log("Updating to MIG config: %s" % value)
         state_file = self.agents.state_file(self.cache.nodes.get(self.node) or {})
+        if state_file is None:  # the node (and its simulated host) is gone: there is no hardware to act on
+            self.log("No simulated host for node %s; nothing to reconfigure" % self.node, level="warning")
+            return
         try:
             self._run(value, state_file)
         except ReconfigureFailed as err:
