@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.
     drain_node,
     public_plan,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import node_gpu_allocatable, unschedulable
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_SHARING_STRATEGY, node_gpu_allocatable, unschedulable
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
     WATCH_CONNECTION_ERRORS,
     ApiException,
@@ -233,6 +233,9 @@ def plan_one(ctx, ops, node_name, target, hardware=None):
         return entry
     if conflict:
         entry["errors"].append("node %s: config %s under the node's MIG strategy: %s" % (node_name, target, conflict))
+    sharing = mig_plan.sharing_conflict(plan, labels.get(LABEL_SHARING_STRATEGY))
+    if sharing:
+        entry["errors"].append("node %s: config %s: %s" % (node_name, target, sharing))
     entry["expected_resources"] = expected
     entry["expected_gfd_labels"] = expected_labels
     entry["mode_change"] = plan["mode_change_required"]
