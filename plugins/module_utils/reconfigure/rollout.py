@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.
     drain_node,
     public_plan,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_SHARING_STRATEGY, node_gpu_allocatable, unschedulable
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_SHARING_STRATEGY, unschedulable
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
     WATCH_CONNECTION_ERRORS,
     ApiException,
@@ -242,7 +242,8 @@ def plan_one(ctx, ops, node_name, target, hardware=None):
     entry["reboot_expected"] = bool(plan["mode_change_required"] and ctx.with_reboot)
     entry["reset_or_reboot"] = ("reboot" if entry["reboot_expected"] else "GPU reset") if plan["mode_change_required"] \
         else "none (layout only)"
-    verified_now = not node_step.resource_mismatches(expected, node_gpu_allocatable(node, keep_zero=False))
+    # time-sliced/MPS shares folded back into devices by the node's replicas labels, as the check before uncordon does
+    verified_now = not node_step.node_mismatches(node, expected, None)
     entry["at_target"] = bool(state["config"] == target and state["state"] == "success" and verified_now
                               and not entry["cordoned_by_us"] and not entry["in_progress_target"])
     entry["half_done"] = bool(entry["cordoned_by_us"] or entry["in_progress_target"])

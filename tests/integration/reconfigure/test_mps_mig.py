@@ -11,6 +11,7 @@ MPS_CONFIG = "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.
 
 
 def test_mig_layout_on_an_mps_node_is_refused_before_any_change(testbed, gpu_cluster, add_gpu_node, runner):
+    """...and the same node, already at its config, is planned as at target: its shares fold back into devices."""
     from kubernetes import client
 
     cm_name = unique_name("rc-mps")
@@ -37,6 +38,15 @@ def test_mig_layout_on_an_mps_node_is_refused_before_any_change(testbed, gpu_clu
         assert "nvidia.com/gpu.sharing-strategy=mps" in message
         assert not result.ran("Reconfigure step")
         assert node_view(testbed, name) == view, "node %s changed" % name
+
+        # Already at its config, shared 2 ways (allocatable 4 for 2 GPUs): the plan says so, nothing to change.
+        current = view["labels"]["nvidia.com/mig.config"]
+        plan = runner.playbook(PLAYBOOK, [name], dict(rollout_vars(unique_name("lock"), mig_reconfigure_strategy="single"),
+                                                      profile=current), check=True)
+        assert plan.rc == 0, plan.explain()
+        entry = plan.task("Plan every node")["plan"][0]
+        assert entry["expected_resources"] == {"nvidia.com/gpu": 2}
+        assert entry["at_target"] is True, entry
     finally:
         gpu_cluster.patch_policy({"mig": {"strategy": strategy}, "devicePlugin": {"config": None}})
         testbed.core.delete_namespaced_config_map(cm_name, "gpu-operator")
