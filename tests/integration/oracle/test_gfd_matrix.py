@@ -3,8 +3,11 @@
 For every catalog model, MIG layout (MIG off, every config mig-parted generates from the hardware: all-enabled,
 all-balanced, each all-<profile>; and a mixed layout with one GPU in MIG mode and one not), MIG strategy
 (none/single/mixed) and time-slicing setting (off, 2 and 4 replicas, 4 with renameByDefault), NVIDIA's GFD
-v0.18.0 binary (``--oneshot``) reads the simulated host through the simulated libnvidia-ml.so.1. Its labels must
-equal:
+v0.18.0 binary (``--oneshot``) reads the simulated host through the simulated libnvidia-ml.so.1. MPS (sharing.mps,
+2 and 4 replicas, renameByDefault on and off) runs where NVIDIA's device plugin accepts it: MIG off, strategies
+none and single (mixed: "using --mig-strategy=mixed is not supported with MPS"). On MIG layouts NVIDIA's GFD exits
+under MPS ("MPS sharing is not supported for mig devices"); mps_on_mig_refused checks that the simulated operands
+and the collection refuse it too. Its labels must equal:
 
 (a) the labels the simulated node agents write for the same host (tests/testbed/agents/operands.py), every key,
     except the deliberate exclusions below;
