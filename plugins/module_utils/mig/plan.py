@@ -252,6 +252,24 @@ def strategy_conflict(plan, strategy):
     return None
 
 
+def sharing_conflict(plan, sharing_strategy):
+    """Why the node's GPU sharing refuses the plan's layout, or None. ``sharing_strategy``: the node's
+    ``nvidia.com/gpu.sharing-strategy`` (none, time-slicing or mps).
+
+    MPS with any GPU in MIG mode: NVIDIA's GFD exits before labelling, whatever the MIG strategy
+    (NVIDIA/k8s-device-plugin internal/lm/nvml.go isMPSCapable), and the device plugin refuses MIG devices
+    under MPS (internal/plugin/mps.go getMPSOptions), so the change could never be verified.
+    """
+    if sharing_strategy != "mps":
+        return None
+    enabled = [e["index"] for e in plan["gpus"] if e["mig_enabled"]]
+    if not enabled:
+        return None
+    return ("the node shares its GPUs with MPS (nvidia.com/gpu.sharing-strategy=mps) and the plan puts GPUs %s in MIG "
+            "mode: MPS is not supported on MIG-enabled GPUs (GFD and the device plugin refuse); give the node a "
+            "device-plugin config without MPS first" % enabled)
+
+
 def expected_resources(plan, strategy):
     """Extended resources the device plugin would advertise after the plan (NVIDIA/k8s-device-plugin README)."""
     _check_strategy(strategy)

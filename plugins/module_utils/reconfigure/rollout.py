@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.
     drain_node,
     public_plan,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import node_gpu_allocatable, unschedulable
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_SHARING_STRATEGY, unschedulable
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
     WATCH_CONNECTION_ERRORS,
     ApiException,
@@ -233,13 +233,17 @@ def plan_one(ctx, ops, node_name, target, hardware=None):
         return entry
     if conflict:
         entry["errors"].append("node %s: config %s under the node's MIG strategy: %s" % (node_name, target, conflict))
+    sharing = mig_plan.sharing_conflict(plan, labels.get(LABEL_SHARING_STRATEGY))
+    if sharing:
+        entry["errors"].append("node %s: config %s: %s" % (node_name, target, sharing))
     entry["expected_resources"] = expected
     entry["expected_gfd_labels"] = expected_labels
     entry["mode_change"] = plan["mode_change_required"]
     entry["reboot_expected"] = bool(plan["mode_change_required"] and ctx.with_reboot)
     entry["reset_or_reboot"] = ("reboot" if entry["reboot_expected"] else "GPU reset") if plan["mode_change_required"] \
         else "none (layout only)"
-    verified_now = not node_step.resource_mismatches(expected, node_gpu_allocatable(node, keep_zero=False))
+    # time-sliced/MPS shares folded back into devices by the node's replicas labels, as the check before uncordon does
+    verified_now = not node_step.node_mismatches(node, expected, None)
     entry["at_target"] = bool(state["config"] == target and state["state"] == "success" and verified_now
                               and not entry["cordoned_by_us"] and not entry["in_progress_target"])
     entry["half_done"] = bool(entry["cordoned_by_us"] or entry["in_progress_target"])

@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     LABEL_MEMORY,
     LABEL_MIG_STRATEGY,
     LABEL_PRODUCT,
+    LABEL_SHARING_STRATEGY,
     PRODUCT_SHARED_SUFFIX,
     RESOURCE_GPU,
     devices_advertised,
@@ -137,6 +138,12 @@ def _labels_vs_hardware(summary, strategy, hardware, problems):
     if not view["count"]:
         problems.append("hardware reports no GPU")
         return view
+    if summary["sharing_strategy"] == "mps" and view["mig_enabled_gpus"]:
+        # NVIDIA's GFD exits before labelling (internal/lm/nvml.go isMPSCapable) and the device plugin refuses MIG
+        # devices under MPS (internal/plugin/mps.go): the node's labels are what GFD wrote before MIG was enabled.
+        problems.append("label %s=mps but %d GPU(s) are in MIG mode: MPS sharing is not supported on MIG-enabled GPUs "
+                        "(GFD and the device plugin refuse; the node's labels are stale)"
+                        % (LABEL_SHARING_STRATEGY, view["mig_enabled_gpus"]))
     if len(view["models"]) == 1:
         expected = product_label(view["models"][0])
         if summary["model"] and summary["model"] != expected:

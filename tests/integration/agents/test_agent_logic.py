@@ -212,6 +212,32 @@ def test_time_slicing_multiplies_and_renames():
     assert by_default == {"nvidia.com/gpu": (3, "nvidia.com/gpu.shared")}
 
 
+def test_mps_sharing_as_nvidias_gfd_and_device_plugin():
+    """sharing.mps (NVIDIA api/config/v1 Sharing.SharingStrategy): shares like time-slicing, labelled mps, mps.capable
+    true; refused with the mixed strategy and on MIG (GFD fails on any MIG-enabled GPU; the plugin on MIG devices)."""
+    config = {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+    shared = operands.time_slicing(config)
+    assert shared.strategy == "mps" and shared == {"nvidia.com/gpu": (4, "nvidia.com/gpu")}
+    host = make_host(make_gpu("H200", 0), make_gpu("H200", 1))
+    labels = operands.apply_time_slicing_labels(operands.gfd_labels(host, "single"), shared)
+    assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.replicas"]) == ("NVIDIA-H200-SHARED", "4")
+    assert (labels["nvidia.com/gpu.sharing-strategy"], labels["nvidia.com/mps.capable"]) == ("mps", "true")
+    resources, error = operands.device_plugin_resources(host, "none")
+    assert operands.apply_time_slicing(resources, shared) == {"nvidia.com/gpu": 8} and error is None
+    assert operands.gfd_error(host, shared) is None and operands.sharing_error(host, "single", shared) is None
+    assert "mixed is not supported with MPS" in operands.sharing_error(host, "mixed", shared)
+    mig = make_host(make_gpu("H200", 0, True, ["1g.18gb"] * 7), make_gpu("H200", 1, True, ["1g.18gb"] * 7))
+    assert "not supported for mig devices" in operands.gfd_error(mig, shared)
+    assert "not supported for MIG devices" in operands.sharing_error(mig, "single", shared)
+    assert operands.sharing_error(mig, "none", shared) is None  # whole GPUs under none: the plugin starts, GFD fails
+    renamed = operands.time_slicing({"sharing": {"mps": {"renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]},
+                                                 "timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 8}]}}})
+    assert renamed.strategy == "mps" and renamed == {"nvidia.com/gpu": (2, "nvidia.com/gpu.shared")}  # mps wins
+    assert operands.time_slicing({"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}).strategy \
+        == "time-slicing"
+    assert operands.time_slicing(None).strategy == "none"
+
+
 @pytest.mark.parametrize("keys, label, default, expected", [
     (["a", "b"], "b", None, ("b", None)),
     (["a", "b"], None, "a", ("a", None)),

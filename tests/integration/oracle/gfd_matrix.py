@@ -21,11 +21,24 @@ SHARING = {
     "ts-4-rename": {"version": "v1", "sharing": {"timeSlicing": {"renameByDefault": True,
                                                                  "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}},
 }
+# MPS: whole GPUs only (NVIDIA's GFD fails on a node with a GPU in MIG mode, the device plugin refuses MIG devices
+# and the mixed strategy), so the MIG resources are never listed.
+MPS_SHARING = {
+    "mps-%d%s" % (replicas, "-rename" if rename else ""): {
+        "version": "v1", "sharing": {"mps": dict({"renameByDefault": True} if rename else {},
+                                                 resources=[{"name": "nvidia.com/gpu", "replicas": replicas}])}}
+    for replicas in (2, 4) for rename in (False, True)
+}
+# The MIG strategies under which NVIDIA's device plugin accepts MPS (mixed: "using --mig-strategy=mixed is not
+# supported with MPS", cmd/nvidia-device-plugin/main.go; the dpconfig oracle agrees).
+MPS_STRATEGIES = ("none", "single")
 
 
 def sharing_config(name, layout_devices):
     """The time-slicing config of ``name`` for a layout: nvidia.com/gpu, plus every MIG resource of the layout
     (they exist under mixed), all with the same replicas."""
+    if name in MPS_SHARING:
+        return yaml.safe_load(yaml.safe_dump(MPS_SHARING[name]))
     config = SHARING[name]
     if config is None:
         return None

@@ -274,6 +274,8 @@ class Agents:
 
     def gfd_patch(self, labels, host, shared, wanted=None):
         if wanted is None:
+            if operands.gfd_error(host, shared):
+                return {}  # GFD exits before labelling (a crashing pod): the labels stay as they are
             wanted = operands.apply_time_slicing_labels(operands.gfd_labels(host, self.strategy()), shared)
         patch = {k: v for k, v in wanted.items() if labels.get(k) != v}
         patch.update({k: None for k in labels if operands.is_gfd_label(k) and k not in wanted
@@ -292,6 +294,9 @@ class Agents:
         if self.cache.running_pod(name, self.namespace, "nvidia-device-plugin-daemonset"):
             resources, error = operands.device_plugin_resources(host, self.strategy())
             resources = operands.apply_time_slicing(resources, shared)
+            sharing_error = operands.sharing_error(host, self.strategy(), shared)
+            if sharing_error:
+                resources, error = {}, sharing_error
             if error and self.advertised.get(name) != ("error", error):
                 with open(self.log_path(name, "device-plugin"), "a", encoding="utf-8") as fh:
                     fh.write("%s error starting plugins: %s\n" % (datetime.datetime.now().isoformat(), error))

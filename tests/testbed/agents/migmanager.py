@@ -30,6 +30,13 @@ REBOOTING_ANNOTATION = "gpusim.gpufleet.io/rebooting"
 KUBELET_STOPPED_ANNOTATION = "gpusim.gpufleet.io/kubelet-stopped"
 # The node's driver is installed on the host (the validator's IS_HOST_DRIVER=true): MIG Manager's entrypoint then
 # exports WITH_SHUTDOWN_HOST_GPU_CLIENTS=true (gpu-operator assets/state-mig-manager/0420_configmap.yaml).
+# Why an annotation stands for it: NVIDIA's validator decides IS_HOST_DRIVER per node from the host's filesystem
+# (validator/main.go runValidation: a non-empty /host/usr/bin/nvidia-smi that runs under `chroot /host` wins,
+# checked before the driver container) and writes it into /run/nvidia/validations/driver-ready, which MIG
+# Manager's entrypoint sources. Nothing in the API says it: not the ClusterPolicy (driver.enabled=true still gives
+# IS_HOST_DRIVER=true on a node whose host has a working nvidia-smi), not a node label. A kwok node has no host
+# filesystem, so the annotation is that file's value for the node; unset = the driver container (the default,
+# which every test that does not set it keeps).
 HOST_DRIVER_ANNOTATION = "gpusim.gpufleet.io/host-driver"
 CLIENT_DEPLOY_LABEL = "nvidia.com/gpu.deploy.client"
 GENERATED_CM_LABELS = {"app.kubernetes.io/component": "nvidia-mig-manager"}

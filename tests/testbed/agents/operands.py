@@ -158,12 +158,35 @@ def select_plugin_config(keys, label_value, default):
     return None, None
 
 
+class Shared(dict):
+    """{resource: (replicas, advertised name)} of a device-plugin config's active sharing, with ``strategy``
+    (``time-slicing`` or ``mps``; ``none`` when nothing is shared)."""
+
+    strategy = "none"
+
+
+def _replicated(block):
+    """NVIDIA api/config/v1 ReplicatedResources.isReplicated: some resource has replicas > 1."""
+    return any(int((entry or {}).get("replicas") or 0) > 1 for entry in (block or {}).get("resources") or [])
+
+
 def time_slicing(config):
-    """{resource: (replicas, advertised name)} from a device-plugin config's sharing.timeSlicing (§9.1)."""
-    slicing = ((config or {}).get("sharing") or {}).get("timeSlicing") or {}
-    by_default = bool(slicing.get("renameByDefault"))
-    shared = {}
-    for entry in slicing.get("resources") or []:
+    """The active sharing of a device-plugin config (§9.1): NVIDIA api/config/v1 Sharing.SharingStrategy is
+    ``mps`` when sharing.mps is set and replicated, else ``time-slicing`` when timeSlicing is; the replicated
+    resources are those of sharing.mps whenever it is set (Sharing.ReplicatedResources), else timeSlicing's.
+    Returns a Shared {resource: (replicas, advertised name)} with its ``strategy``."""
+    sharing = (config or {}).get("sharing") or {}
+    mps = sharing.get("mps")
+    shared = Shared()
+    if mps is not None and _replicated(mps):
+        shared.strategy = "mps"
+    elif _replicated(sharing.get("timeSlicing")):
+        shared.strategy = "time-slicing"
+    else:
+        return shared
+    block = mps if mps is not None else sharing.get("timeSlicing")
+    by_default = bool(block.get("renameByDefault"))
+    for entry in block.get("resources") or []:
         replicas = int(entry.get("replicas") or 1)
         name = entry.get("name")
         if not name or replicas < 2:
@@ -172,21 +195,50 @@ def time_slicing(config):
     return shared
 
 
+def sharing_strategy(shared):
+    return getattr(shared, "strategy", "time-slicing" if shared else "none")
+
+
+def gfd_error(host, shared):
+    """Why NVIDIA's GFD exits instead of labelling (None: it labels). Under MPS it checks every GPU
+    (internal/lm/nvml.go isMPSCapable): one in MIG mode fails the labeler, whatever the MIG strategy."""
+    if sharing_strategy(shared) == "mps" and any(g.mig_current for g in host.gpus):
+        return "error creating sharing labeler: failed to check MPS-capable: MPS sharing is not supported for mig devices"
+    return None
+
+
+def sharing_error(host, mig_strategy, shared):
+    """Why the device plugin refuses to start under this sharing (None: it starts). MPS: refused with the mixed
+    strategy (cmd/nvidia-device-plugin/main.go validateFlags) and on MIG devices, which the single strategy
+    advertises as nvidia.com/gpu (internal/plugin/mps.go getMPSOptions)."""
+    if sharing_strategy(shared) != "mps":
+        return None
+    if mig_strategy == "mixed":
+        return "using --mig-strategy=mixed is not supported with MPS"
+    if mig_strategy == "single" and any(g.mig_current for g in host.gpus):
+        return "sharing using MPS is not supported for MIG devices"
+    return None
+
+
 def apply_time_slicing_labels(labels, shared):
-    """GFD under time-slicing: <resource>.replicas, sharing-strategy, product -SHARED unless renamed."""
+    """GFD under time-slicing or MPS: <resource>.replicas, sharing-strategy, product -SHARED unless renamed,
+    and mps.capable true under MPS (GFD has failed before labelling when a GPU is in MIG mode, gfd_error)."""
+    strategy = sharing_strategy(shared)
+    if strategy == "mps":
+        labels["nvidia.com/mps.capable"] = "true"
     for resource, (replicas, advertised) in shared.items():
         prefix = resource
         if labels.get(prefix + ".count") in (None, "0") or labels.get(prefix + ".replicas") == "0":
             continue  # not present, or MIG-enabled full GPUs (labelled without sharing)
         labels[prefix + ".replicas"] = str(replicas)
-        labels[prefix + ".sharing-strategy"] = "time-slicing"
+        labels[prefix + ".sharing-strategy"] = strategy
         if advertised == resource:
             labels[prefix + ".product"] = labels[prefix + ".product"] + "-SHARED"
     return labels
 
 
 def apply_time_slicing(resources, shared):
-    """Device plugin under time-slicing: each shared resource advertised replicas times, maybe renamed."""
+    """Device plugin under time-slicing or MPS: each shared resource advertised replicas times, maybe renamed."""
     out = dict(resources)
     for resource, (replicas, advertised) in shared.items():
         if resource in out:

@@ -133,3 +133,18 @@ def test_mixed_node_single_strategy_conflict():
     result = plan.plan_node(_hw(*H200, count=2), config_name="half", config=config)
     assert "same MIG mode" in plan.strategy_conflict(result, "single")
     assert plan.expected_resources(result, "mixed") == {"nvidia.com/mig-1g.18gb": 7, "nvidia.com/gpu": 1}
+
+
+def test_mps_refuses_mig_enabled_layouts():
+    """NVIDIA's GFD exits on a node with MPS sharing and any GPU in MIG mode (internal/lm/nvml.go isMPSCapable), the
+    device plugin refuses MIG devices under MPS: enabling MIG on an MPS node can never be verified."""
+    config = {"version": "v1", "mig-configs": {
+        "half": [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.18gb": 7}}, {"devices": [1], "mig-enabled": False}],
+        "off": [{"devices": "all", "mig-enabled": False}]}}
+    half = plan.plan_node(_hw(*H200, count=2), config_name="half", config=config)
+    off = plan.plan_node(_hw(*H200, count=2), config_name="off", config=config)
+    assert "MPS is not supported on MIG-enabled GPUs" in plan.sharing_conflict(half, "mps")
+    assert "GPUs [0]" in plan.sharing_conflict(half, "mps")
+    for sharing in ("none", "time-slicing", None, ""):
+        assert plan.sharing_conflict(half, sharing) is None
+    assert plan.sharing_conflict(off, "mps") is None

@@ -76,3 +76,16 @@ def test_malformed_sharing_labels_never_raise(labels):
         assert isinstance(validate_node(bad, strategy, HARDWARE)["problems"], list)
     report = report_build.build_report([bad], [])
     assert report["nodes"][0]["replicas"] >= 1
+
+
+@pytest.mark.parametrize("strategy", ["none", "single"])
+def test_mps_labels_on_mig_enabled_gpus_are_a_problem(strategy):
+    """GFD fails under MPS once a GPU is in MIG mode, so the MPS labels left on the node are stale."""
+    mig = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "mig_enabled": True, "mig_devices": ["1g.10gb"] * 7}] * 2}
+    labels = {"nvidia.com/gpu.product": H100 + "-SHARED", "nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.sharing-strategy": "mps"}
+    if strategy == "single":
+        labels["nvidia.com/mig.strategy"] = "single"
+    problems = validate_node(node(labels, {"nvidia.com/gpu": "4"}), strategy, mig)["problems"]
+    assert any("MPS sharing is not supported on MIG-enabled GPUs" in p and "2 GPU(s)" in p for p in problems), problems
+    healthy = validate_node(node(labels, {"nvidia.com/gpu": "4"}), "none", HARDWARE)["problems"]
+    assert not any("MPS" in p for p in healthy)
