@@ -238,6 +238,25 @@ def devices_advertised(allocatable, labels):
     return dict((base, count // replicas(labels, base)) for base, count in shares.items())
 
 
+def shares_expected(devices, node):
+    """The inverse of devices_advertised for a node whose layout changes: {resource: count} its device plugin will
+    advertise for ``devices`` ({base resource: devices}) under the node's current sharing. Each base resource is
+    multiplied by the node's ``<resource>.replicas`` label and named ``<resource>.shared`` when the node already
+    advertises shared names (renameByDefault applies to every shared resource of a config). A resource the node has
+    no replicas label for counts once: the room is under- rather than over-counted, so no pod is promised a share
+    that will not be there (NVIDIA/k8s-device-plugin README, "Shared Access to GPUs")."""
+    labels = labels_of(node)
+    renamed = any(parse_resource(name)["shared"] for name in gpu_resources(
+        ((node or {}).get("status") or {}).get("allocatable") or {}, keep_zero=False))
+    shares = {}
+    for base, count in (devices or {}).items():
+        factor = to_int(labels.get(base + ".replicas"), 1)
+        factor = factor if factor and factor > 1 else 1
+        name = base + ".shared" if renamed and factor > 1 else base
+        shares[name] = shares.get(name, 0) + int(count) * factor
+    return shares
+
+
 # -- objects -------------------------------------------------------------------------------------------------
 
 def labels_of(obj):

@@ -17,6 +17,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     node_gpu_allocatable,
     pod_gpu_requests,
     pod_ref,
+    shares_expected,
     unschedulable,
 )
 
@@ -39,7 +40,7 @@ def shortages(plans, nodes, pods):
         if entry is not None:
             if entry.get("admin_cordoned"):
                 continue  # stays cordoned after the change: no room for anyone
-            capacity_of[name] = dict((k, int(v)) for k, v in (entry.get("expected_resources") or {}).items())
+            capacity_of[name] = shares_expected(entry.get("expected_resources"), node)  # time-sliced/MPS: shares
         elif not unschedulable(node):
             capacity_of[name] = node_gpu_allocatable(node)
     used_on = {}

@@ -26,6 +26,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     node_gpu_allocatable,
     pod_gpu_requests,
     pod_ref,
+    shares_expected,
     unschedulable,
 )
 
@@ -120,8 +121,7 @@ def model(plans, nodes, pods, to_change):
         name = (node.get("metadata") or {}).get("name")
         before[name] = {} if unschedulable(node) else node_gpu_allocatable(node, keep_zero=False)
         entry = planned.get(name) or {}
-        after[name] = {} if entry.get("admin_cordoned") else dict(
-            (k, int(v)) for k, v in (entry.get("expected_resources") or {}).items())
+        after[name] = {} if entry.get("admin_cordoned") else shares_expected(entry.get("expected_resources"), node)
         residents[name] = []
         status[name] = "old"
     for pod in pods:

@@ -197,3 +197,12 @@ def test_node_ready_unschedulable_and_deploy_labels():
     assert gl.paused_deploy_labels(node(labels)) == ["nvidia.com/gpu.deploy.dcgm-exporter",
                                                      "nvidia.com/gpu.deploy.device-plugin"]
     assert gl.nvidia_labels(dict(labels, zone="a")) == labels
+
+
+def test_shares_expected_multiplies_by_replicas_and_keeps_the_renamed_form():
+    node = {"metadata": {"labels": {"nvidia.com/gpu.replicas": "4", "nvidia.com/mig-1g.10gb.replicas": "bad"}},
+            "status": {"allocatable": {"nvidia.com/gpu.shared": "8", "cpu": "4"}}}
+    assert gl.shares_expected({"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 3}, node) == {
+        "nvidia.com/gpu.shared": 8, "nvidia.com/mig-1g.10gb": 3}
+    assert gl.shares_expected({"nvidia.com/gpu": 2}, {}) == {"nvidia.com/gpu": 2}
+    assert gl.shares_expected(None, None) == {}

@@ -91,3 +91,27 @@ def test_shortages_name_each_pod_with_what_it_asks_and_the_room_left():
     # Enough room once the spare's time-sliced pod is gone: the whole-GPU shortage alone remains.
     assert [s["resource"] for s in capacity.shortages(plans, nodes + [node("s2", {"nvidia.com/gpu.shared": "3"})],
                                                       pods)] == ["nvidia.com/gpu"]
+
+
+def shared_node(name, allocatable, labels):
+    return {"metadata": {"name": name, "labels": labels}, "spec": {}, "status": {"allocatable": allocatable}}
+
+
+def test_time_sliced_nodes_offer_their_shares_after_the_change():
+    """Four replicas per slice: one 1g.10gb slice holds four pods' requests (time-slicing), so two evicted
+    pods find room on a node that will have one slice; without replicas the same plan has room for one."""
+    sliced = {"nvidia.com/mig-1g.10gb.replicas": "4"}
+    nodes = [shared_node("n1", {"nvidia.com/mig-1g.10gb": "8"}, sliced)]
+    pods = [pod("a", "n1", {"nvidia.com/mig-1g.10gb": "1"}), pod("b", "n1", {"nvidia.com/mig-1g.10gb": "1"})]
+    plans = [plan("n1", {"nvidia.com/mig-1g.10gb": 1}, ["w/a", "w/b"])]
+    assert capacity.eviction_warnings(plans, nodes, pods) == []
+    nodes[0]["metadata"]["labels"] = {}
+    assert "room for 1" in capacity.eviction_warnings(plans, nodes, pods)[0]
+
+
+def test_renamed_shares_are_offered_under_their_shared_names():
+    labels = {"nvidia.com/gpu.replicas": "2"}
+    nodes = [shared_node("n1", {"nvidia.com/gpu.shared": "2"}, labels)]
+    pods = [pod("a", "n1", {"nvidia.com/gpu.shared": "1"}), pod("b", "n1", {"nvidia.com/gpu.shared": "1"})]
+    plans = [plan("n1", {"nvidia.com/gpu": 1}, ["w/a", "w/b"])]
+    assert capacity.eviction_warnings(plans, nodes, pods) == []
