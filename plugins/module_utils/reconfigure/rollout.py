@@ -370,6 +370,8 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         ctx.report(node_name, "draining", "%s -> %s: cordon and evict %d pod(s)" % (
             row["before"] or "unset", target, len(planned.get("pods_to_evict") or [])))
         drainer = ctx.drainer(ops, node_name)
+        if drain_plan is not None:
+            drainer.pods = drain_plan["_pods"]  # the pods the plan read: their controllers, for the follow
         try:
             drained = drain_node(drainer, o["drain_timeout"], plan=drain_plan)
         except DrainError as exc:
