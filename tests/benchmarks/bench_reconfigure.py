@@ -142,7 +142,8 @@ class Bench:
         tb = self.testbed
         started = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda n: self.agents.add_gpu_node(n, MODEL, 1, labels={SET_LABEL: prefix}), names))
+            # Ready within 10 min, not the tests' 60 s: 1000 nodes on a shared 2-core machine (one timed out at 810 there).
+            list(pool.map(lambda n: self.agents.add_gpu_node(n, MODEL, 1, labels={SET_LABEL: prefix}, timeout=600), names))
         selector = "%s=%s" % (SET_LABEL, prefix)
 
         def advertised():
