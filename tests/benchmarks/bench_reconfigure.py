@@ -124,7 +124,8 @@ class Bench:
         self.cluster.up()
         self.testbed = Testbed(self.cluster.kubeconfig, default_bin_dir(), self.workdir, cluster=self.cluster)
         self.agents = GpuAgents(self.testbed, self.workdir / "hosts")
-        self.agents.start(["--apply-seconds", str(self.args.apply_seconds)])
+        # MIG Manager's own 5 min wait for the operand pods to go (the tests' 20 s wedged a wave of 20 nodes at load 80).
+        self.agents.start(["--apply-seconds", str(self.args.apply_seconds), "--pod-wait-seconds", "300"])
         self.agents.install_chart(VALUES)
         self.testbed.kubectl("create", "namespace", SA_NAMESPACE)
         self.controller_kubeconfig = self.testbed.serviceaccount_kubeconfig(SA_NAMESPACE, SA_NAME, 24 * 3600)
