@@ -164,10 +164,11 @@ options:
   events:
     description:
       - With O(phase=apply) or O(phase=release), post a Kubernetes Event (core/v1, namespace C(default), source
-        component C(gpufleet)) on each node as it moves - reasons C(MigReconfigureDraining), C(MigReconfigureApplied),
+        component C(gpufleet)) on each node as it moves - reason C(MigReconfigureDraining) when it starts, then
         C(MigReconfigureVerified) or C(MigReconfigureFailed) - so C(kubectl describe node) shows what the rollout did.
-      - Three API requests per changed node; needs C(create) on C(events) in namespace C(default)
-        (C(rbac/mig-reconfigure.yaml)). An Event that cannot be posted is a warning, never a failure (RV(events)).
+      - Two API requests per changed node, posted by a background thread (a node's step never waits for one);
+        needs C(create) on C(events) in namespace C(default) (C(rbac/mig-reconfigure.yaml)). An Event that cannot
+        be posted is a warning, never a failure (RV(events)).
     type: bool
     default: true
   follow_timeout:
@@ -1018,8 +1019,8 @@ def roll(module):
                                                   room_check=None if params["allow_unschedulable"] else room_check,
                                                   follow_timeout=params["follow_timeout"])
         finally:
-            if tracker is not None and tracker.path:
-                tracker.finish()
+            if tracker is not None:
+                tracker.finish()  # the Events still queued are posted before the result is made
             if renewer is not None:
                 renewer.__exit__(None, None, None)
                 if params["lock"]["release"]:

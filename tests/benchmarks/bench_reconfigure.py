@@ -124,7 +124,8 @@ class Bench:
         self.cluster.up()
         self.testbed = Testbed(self.cluster.kubeconfig, default_bin_dir(), self.workdir, cluster=self.cluster)
         self.agents = GpuAgents(self.testbed, self.workdir / "hosts")
-        self.agents.start(["--apply-seconds", str(self.args.apply_seconds)])
+        # MIG Manager's own 5 min wait for the operand pods to go (the tests' 20 s wedged a wave of 20 nodes at load 80).
+        self.agents.start(["--apply-seconds", str(self.args.apply_seconds), "--pod-wait-seconds", "300"])
         self.agents.install_chart(VALUES)
         self.testbed.kubectl("create", "namespace", SA_NAMESPACE)
         self.controller_kubeconfig = self.testbed.serviceaccount_kubeconfig(SA_NAMESPACE, SA_NAME, 24 * 3600)
@@ -142,7 +143,8 @@ class Bench:
         tb = self.testbed
         started = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda n: self.agents.add_gpu_node(n, MODEL, 1, labels={SET_LABEL: prefix}), names))
+            # Ready within 10 min, not the tests' 60 s: 1000 nodes on a shared 2-core machine (one timed out at 810 there).
+            list(pool.map(lambda n: self.agents.add_gpu_node(n, MODEL, 1, labels={SET_LABEL: prefix}, timeout=600), names))
         selector = "%s=%s" % (SET_LABEL, prefix)
 
         def advertised():

@@ -198,6 +198,7 @@ class NodeDrainer(object):
         self.disable_eviction = disable_eviction
         self.grace_period = grace_period
         self.retry_delay = retry_delay
+        self.node = None  # the node as drain_node's cordon left it
 
     def read_node(self):
         try:
@@ -210,7 +211,8 @@ class NodeDrainer(object):
     def plan(self, node=None):
         """What a drain would do now: pods to evict/wait for/skip, blockers, blocking budgets."""
         node = node or self.read_node()
-        pods = self.ops.list_pods_on_node(self.node_name).get("items") or []
+        listing = self.ops.list_pods_on_node(self.node_name)
+        pods = listing.get("items") or []
         plan = classify_pods(pods, self.pod_scope, self.runtime_classes, self.force, self.delete_emptydir_data)
         by_ref = dict((pod_ref(pod), pod) for pod in pods)
         namespaces = sorted(set(p["namespace"] for p in plan["evict"]))
@@ -221,6 +223,7 @@ class NodeDrainer(object):
         plan["blocking_budgets"] = [] if self.disable_eviction else blocking_budgets(evict_pods, pdbs)
         plan["_pdbs"] = pdbs
         plan["_pods"] = by_ref
+        plan["_listed"] = listing.get("metadata") or {}  # its resourceVersion: wait_gone watches from there
         plan["node_unschedulable"] = unschedulable(node)
         plan["cordon_needed"] = cordon_patch(node) is not None
         plan["node"] = node
@@ -232,9 +235,19 @@ class NodeDrainer(object):
             return False, node
         return True, self.ops.patch_node(self.node_name, patch)
 
-    def uncordon(self, node=None):
+    def uncordon(self, node=None, also=None):
+        """Restore the schedulability found; ``also``: a merge patch of metadata to apply in the same request
+        (sent even when there is nothing to uncordon)."""
         node = node or self.read_node()
         patch, outcome = uncordon_patch(node)
+        if also:
+            merged = {"metadata": dict((key, dict(value)) for key, value in also.get("metadata", {}).items())}
+            for key, value in ((patch or {}).get("metadata") or {}).items():
+                merged["metadata"].setdefault(key, {}).update(value)
+            if patch and "spec" in patch:
+                merged["spec"] = patch["spec"]
+            self.ops.patch_node(self.node_name, merged)
+            return patch is not None, outcome
         if patch is None:
             return False, outcome
         self.ops.patch_node(self.node_name, patch)
@@ -277,19 +290,23 @@ class NodeDrainer(object):
                 return evicted, gone_before, blocked
             time.sleep(self.retry_delay)
 
-    def wait_gone(self, pods, deadline):
+    def wait_gone(self, pods, deadline, listed=None):
         """Watch the node's pods until none of ``pods`` (by uid) remains; returns refs still present on
-        timeout (empty list when all are gone)."""
+        timeout (empty list when all are gone). ``listed``: the metadata of a list of the node's pods made before
+        the evictions (the drain plan's): the watch starts from its resourceVersion, so no list is needed here."""
         waiting = dict((p["uid"], "%s/%s" % (p["namespace"], p["name"])) for p in pods)
         if not waiting:
             return []
-        listing = self.ops.list_pods_on_node(self.node_name)
-        present = set(((item.get("metadata") or {}).get("uid")) for item in listing.get("items") or [])
-        for uid in list(waiting):
-            if uid not in present:
-                waiting.pop(uid)
-        if not waiting:
-            return []
+        if listed and listed.get("resourceVersion"):
+            listing = {"metadata": listed}
+        else:
+            listing = self.ops.list_pods_on_node(self.node_name)
+            present = set(((item.get("metadata") or {}).get("uid")) for item in listing.get("items") or [])
+            for uid in list(waiting):
+                if uid not in present:
+                    waiting.pop(uid)
+            if not waiting:
+                return []
 
         def done(event_type, pod):
             uid = (pod.get("metadata") or {}).get("uid")
@@ -318,11 +335,12 @@ def public_plan(plan):
     return dict((k, v) for k, v in plan.items() if not k.startswith("_") and k != "node")
 
 
-def drain_node(drainer, timeout, check_mode=False):
+def drain_node(drainer, timeout, check_mode=False, plan=None):
     """Cordon, evict and wait, as one step. Returns a result dict; raises DrainError (with the same keys in
-    ``result``) when blocked or late. The node stays cordoned on failure and the result says so."""
+    ``result``) when blocked or late. The node stays cordoned on failure and the result says so.
+    ``plan``: drainer.plan()'s result read just now (the rollout's fresh per-node plan), instead of reading again."""
     deadline = time.monotonic() + timeout
-    plan = drainer.plan()
+    plan = plan or drainer.plan()
     result = public_plan(plan)
     result["planned_evictions"] = result.pop("evict")
     result.update({"node": drainer.node_name, "evicted": [], "changed": False, "cordoned": False})
@@ -335,6 +353,7 @@ def drain_node(drainer, timeout, check_mode=False):
         result["would_evict"] = plan["evict"]
         return result
     changed, node = drainer.cordon(plan["node"])
+    drainer.node = node  # the node as cordoned, for a caller that goes on with it (the rollout's MIG step)
     result["changed"] = changed
     result["cordoned"] = True
     evicted, gone_before, blocked = drainer.evict_all(plan, deadline)
@@ -348,7 +367,7 @@ def drain_node(drainer, timeout, check_mode=False):
         raise DrainError("node %s: eviction blocked by PDB %s until the deadline (%ss); pods not evicted: %s; "
                          "node left cordoned" % (drainer.node_name, ", ".join(budgets), timeout,
                                                  ", ".join(sorted(blocked))), result)
-    remaining = drainer.wait_gone(evicted + plan["terminating"], deadline)
+    remaining = drainer.wait_gone(evicted + plan["terminating"], deadline, plan.get("_listed"))
     if remaining:
         result["still_running"] = remaining
         raise DrainError("node %s: evicted pods still present at the deadline (%ss): %s; node left cordoned" % (

@@ -25,6 +25,9 @@ import time
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded
 
 BACK_PHASES = ("Running", "Succeeded")
+# Once every pod not back is a replacement the scheduler has refused (PodScheduled False, Unschedulable) and that
+# stays so for this long, the follow ends: the rollout's nodes are done, waiting out the timeout would not change it.
+SETTLE_S = 5.0
 NO_CONTROLLER = "not recreated (no controller)"
 NO_REPLACEMENT = "no replacement pod seen"
 
@@ -139,6 +142,8 @@ def follow(ops, evictions, known, timeout):
     if state["result"][1] or timeout <= 0:
         return state["result"][0]
     owners = set(e["owner"]["uid"] for e in evictions if e["owner"])
+    deadline = time.monotonic() + timeout
+    state["refused"] = refused_only(state["result"][0], pods)
 
     def done(event_type, pod):
         meta = pod.get("metadata") or {}
@@ -150,13 +155,35 @@ def follow(ops, evictions, known, timeout):
         else:
             pods[meta.get("uid")] = pod
         state["result"] = outcome(evictions, pods.values(), known)
-        return state["result"][1]
+        refused, state["refused"] = state["refused"], refused_only(state["result"][0], pods)
+        return state["result"][1] or refused != state["refused"]  # back, or the settle clock starts/stops
 
-    try:
-        ops.watch(list_func, time.monotonic() + timeout, done, listing)
-    except DeadlineExceeded:
-        pass
+    since = listing
+    settle_until = None
+    while not state["result"][1]:
+        settle_until = (settle_until or time.monotonic() + SETTLE_S) if state["refused"] else None
+        try:
+            since = ops.watch(list_func, min(deadline, settle_until or deadline), done, since) or since
+        except DeadlineExceeded:
+            break  # the timeout, or refused replacements that stayed refused for SETTLE_S
     return state["result"][0]
+
+
+def refused_only(result, pods):
+    """True when something is not back and each pod not back is a replacement the scheduler refused
+    (PodScheduled False, reason Unschedulable) or a pod nothing recreates."""
+    by_ref = dict((_ref(p), p) for p in pods.values())
+    waiting = False
+    for row in result.values():
+        if any(p["reason"] != NO_CONTROLLER for p in row["not_back"]):
+            return False
+        for pending in row["pending"]:
+            conditions = ((by_ref.get(pending["pod"]) or {}).get("status") or {}).get("conditions") or []
+            if not any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+                       for c in conditions):
+                return False
+            waiting = True
+    return waiting
 
 
 def lines(node, followed):

@@ -153,7 +153,8 @@ def label_mismatches(expected, labels):
 
 def set_config_label(ops, node, target, check_mode=False):
     """Point MIG Manager at ``target``: record the previous config for rollback, clear the stale state so
-    the next ``success`` is this run's, and set the label. Returns the patch (applied unless check_mode)."""
+    the next ``success`` is this run's, and set the label. Returns (the patch, the node as the patch left it: None in
+    check mode, where nothing is sent)."""
     labels = labels_of(node)
     annotations = annotations_of(node)
     patch = {"metadata": {"labels": {MIG_CONFIG_LABEL: target, MIG_STATE_LABEL: None},
@@ -161,8 +162,8 @@ def set_config_label(ops, node, target, check_mode=False):
     if annotations.get(TARGET_CONFIG_ANNOTATION) != target or PREVIOUS_CONFIG_ANNOTATION not in annotations:
         patch["metadata"]["annotations"][PREVIOUS_CONFIG_ANNOTATION] = labels.get(MIG_CONFIG_LABEL) or ""
     if not check_mode:
-        ops.patch_node(node["metadata"]["name"], patch)
-    return patch
+        return patch, ops.patch_node(node["metadata"]["name"], patch)
+    return patch, None
 
 
 def follow_state(ops, node_name, target, deadline, node=None, on_state=None):
@@ -416,14 +417,14 @@ def trigger(ops, node, target, retrigger=False):
     (unwedge: restore paused operands, set the label, restart its pod) when asked (``retrigger``) or when the
     label already says ``target`` and MIG Manager is idle or failed - the same value again would not wake it
     (it acts on changes). Returns what was done:
-    {action: labelled|retriggered|none, unwedged (when retriggered)}."""
+    {action: labelled|retriggered|none, unwedged (when retriggered), _node (when labelled: the patched node)}."""
     state = mig_state(node)
     name = node["metadata"]["name"]
     if retrigger or (state["config"] == target and state["state"] in (None, "", "failed")):
         return {"action": "retriggered", "unwedged": unwedge(ops, name, target)}
     if state["config"] != target:
-        set_config_label(ops, node, target)
-        return {"action": "labelled"}
+        _patch, patched = set_config_label(ops, node, target)
+        return {"action": "labelled", "_node": patched}
     return {"action": "none"}
 
 
@@ -449,11 +450,12 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
     def on_state(state):  # success and failed are reported once verified, or as the node's outcome
         if state in ("pending", "rebooting"):
             report(state, "%s=%s" % (MIG_STATE_LABEL, state))
-    outcome = {"trigger": trigger(ops, node, target, retrigger), "mismatches": [], "verified": False,
-               "timings": {}}
+    triggered = trigger(ops, node, target, retrigger)
+    labelled = triggered.pop("_node", None)  # the node the label patch returned: no read before the watch
+    outcome = {"trigger": triggered, "mismatches": [], "verified": False, "timings": {}}
     where["stage"] = "apply"
     report("labelled", "%s=%s" % (MIG_CONFIG_LABEL, target))
-    followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout, on_state=on_state)
+    followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout, node=labelled, on_state=on_state)
     states = list(followed["states"])
     not_ready_seen = followed["not_ready_seen"]
     if followed["final"] == "timeout" and not states:

@@ -7,15 +7,17 @@ The rollout calls ``Progress.step(node, step, message)`` as each node moves on (
 verifying, done/failed...). Each call rewrites a small JSON record atomically (write to a temporary file in the
 same directory, then ``os.replace``), so a reader - the ``mig_rollout_progress`` action polling an async
 ``mig_rollout`` - never sees half a file. Some steps also post a core/v1 Event on the Node (reason
-``MigReconfigure*``, source component ``gpufleet``), which ``kubectl describe node`` lists: 3 requests per changed
-node (Draining, Applied, Verified - after the release when the node is held for the hardware check; Failed on a
-failure).
+``MigReconfigure*``, source component ``gpufleet``), which ``kubectl describe node`` lists: 2 requests per changed
+node (Draining when it starts; Verified when it is done - after the release when the node is held for the hardware
+check - or Failed). The Events are posted by one background thread in the order of the steps, so a node's step
+never waits for one; ``flush()`` waits until all are posted.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import datetime
 import json
 import os
@@ -29,11 +31,14 @@ EVENT_SOURCE = "gpufleet"
 # step -> (Event reason, type); steps not listed are only written to the progress record.
 EVENT_REASONS = {
     "draining": ("MigReconfigureDraining", "Normal"),
-    "applied": ("MigReconfigureApplied", "Normal"),
+    # MIG Manager's success is not an Event of its own: Verified (or Failed, naming the stage) says it.
     "done": ("MigReconfigureVerified", "Normal"),
     "failed": ("MigReconfigureFailed", "Warning"),
 }
 FINAL_STEPS = ("done", "verified", "failed", "invalid", "unchanged", "not started")
+# The record is rewritten at most this often (seconds): the whole record per step would be O(nodes) per step, O(nodes^2)
+# per rollout, under the lock every node's thread takes. Each step keeps its own time in the record's history.
+WRITE_INTERVAL = 0.5
 
 
 def utc_now():
@@ -64,9 +69,10 @@ class Progress(object):
 
     ``path``: the JSON record to keep current (None: no file). ``events_ops``: a ``KubeOps`` to post Events with
     (None: no Events). An Event that cannot be posted never fails the rollout; the first such error per reason is
-    kept in ``event_errors``."""
+    kept in ``event_errors``. ``write_interval``: the record is written at once when the last write is older than
+    this, else by a background thread once the interval has passed (0: at every step)."""
 
-    def __init__(self, path=None, events_ops=None, config=None, clock=time.time):
+    def __init__(self, path=None, events_ops=None, config=None, clock=time.time, write_interval=WRITE_INTERVAL):
         self.path = path
         self.events_ops = events_ops
         self.config = config
@@ -78,6 +84,13 @@ class Progress(object):
         self.finished = False
         self.events_posted = 0
         self.event_errors = []
+        self.event_queue = collections.deque()  # (node, reason, type, message, moment), oldest first
+        self.event_wake = threading.Condition(self.lock)
+        self.event_thread = None
+        self.write_interval = write_interval
+        self.written_at = None  # time.monotonic() of the last write
+        self.dirty = False
+        self.writer = None
         if path:
             self.write()
 
@@ -93,15 +106,69 @@ class Progress(object):
             entry.update(step=step, since=now, message=message, elapsed_s=round(now - entry["started"], 1))
             entry["history"].append([round(now, 3), step])
             if self.path:
-                self.write()
-        if self.events_ops is not None and step in EVENT_REASONS:
-            reason, event_type = EVENT_REASONS[step]
-            self.post_event(node_name, reason, event_type, message or step)
+                self.write_soon()
+            if self.events_ops is not None and step in EVENT_REASONS:
+                reason, event_type = EVENT_REASONS[step]
+                self.event_queue.append((node_name, reason, event_type, message or step, utc_now()))
+                if self.event_thread is None:
+                    self.event_thread = threading.Thread(target=self._post_events, name="gpufleet-events")
+                    self.event_thread.daemon = True
+                    self.event_thread.start()
+                self.event_wake.notify_all()
 
-    def post_event(self, node_name, reason, event_type, message):
+    def write_soon(self):
+        """(lock held) Write now when the last write is older than write_interval, else let the writer thread do it."""
+        if self.written_at is None or time.monotonic() - self.written_at >= self.write_interval:
+            self.write()
+            return
+        self.dirty = True
+        if self.writer is None:
+            self.writer = threading.Thread(target=self._write_later, name="gpufleet-progress")
+            self.writer.daemon = True
+            self.writer.start()
+        self.event_wake.notify_all()
+
+    def _write_later(self):
+        while True:
+            with self.lock:
+                while not self.dirty and not self.finished:
+                    self.event_wake.wait()
+                if self.finished:
+                    return  # finish() writes the last record
+                pause = self.write_interval - (time.monotonic() - self.written_at)
+            if pause > 0:
+                time.sleep(pause)
+            with self.lock:
+                if self.dirty and not self.finished:
+                    self.write()
+
+    def _post_events(self):
+        """The poster thread: one Event at a time, in the order the steps happened, until flush() says stop."""
+        while True:
+            with self.lock:
+                while not self.event_queue and not self.finished:
+                    self.event_wake.wait()
+                if not self.event_queue:
+                    return
+                node_name, reason, event_type, message, moment = self.event_queue[0]
+            self.post_event(node_name, reason, event_type, message, moment)
+            with self.lock:
+                self.event_queue.popleft()
+                self.event_wake.notify_all()
+
+    def flush(self):
+        """Wait until every Event asked for is posted (or failed); no more steps are reported after this."""
+        with self.lock:
+            self.finished = True
+            self.event_wake.notify_all()
+            threads = [t for t in (self.event_thread, self.writer) if t is not None]
+        for thread in threads:
+            thread.join()
+
+    def post_event(self, node_name, reason, event_type, message, moment=None):
         try:
             self.events_ops.create_event(EVENT_NAMESPACE, event_body(
-                node_name, None, reason, event_type, message, utc_now()))
+                node_name, None, reason, event_type, message, moment or utc_now()))
             with self.lock:
                 self.events_posted += 1
         except Exception as exc:  # noqa: BLE001 - an Event is a courtesy; the rollout goes on without it
@@ -112,8 +179,9 @@ class Progress(object):
                     self.event_errors.append(text)
 
     def finish(self):
+        """The rollout is over: post the Events still queued, then mark the record finished."""
+        self.flush()
         with self.lock:
-            self.finished = True
             if self.path:
                 self.write()
 
@@ -124,6 +192,7 @@ class Progress(object):
 
     def write(self):
         """Replace the record atomically (caller holds the lock, or no thread runs yet)."""
+        self.written_at, self.dirty = time.monotonic(), False
         directory = os.path.dirname(os.path.abspath(self.path))
         handle, temp = tempfile.mkstemp(prefix=".progress-", dir=directory)
         try:

@@ -183,8 +183,10 @@ class FleetSnapshot(object):
         return self.configmaps.get(name)
 
 
-def plan_one(ctx, ops, node_name, target, hardware=None):
-    """Pre-flight one node: config source, layout fit, strategy, pods to evict, budgets. Changes nothing."""
+def plan_one(ctx, ops, node_name, target, hardware=None, keep_drain=False):
+    """Pre-flight one node: config source, layout fit, strategy, pods to evict, budgets. Changes nothing.
+    ``keep_drain``: the drain plan's raw objects are kept under ``_drain`` (the node, its pods, their budgets, as read
+    now) for the drain that follows at once; the caller pops it before the entry goes into a result."""
     entry = {"node": node_name, "target_config": target, "errors": [], "model": None}
     try:
         node = ops.get_node(node_name)
@@ -251,7 +253,10 @@ def plan_one(ctx, ops, node_name, target, hardware=None):
         entry.update({"pods_to_evict": [], "blocking_budgets": [], "drain_blockers": []})
         return entry
     try:
-        drain_plan = public_plan(ctx.drainer(ops, node_name).plan(node))
+        raw_drain = ctx.drainer(ops, node_name).plan(node)
+        drain_plan = public_plan(raw_drain)
+        if keep_drain:
+            entry["_drain"] = raw_drain
     except ApiException as exc:
         entry["errors"].append("node %s: cannot list pods/budgets (HTTP %s)" % (node_name, exc.status))
         return entry
@@ -345,10 +350,11 @@ def _deleted_message(node_name, stage):
             "halted: check why it went away before re-running" % (node_name, stage))
 
 
-def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None):
+def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, drain_plan=None):
     """Run the whole per-node procedure; returns a summary row (never raises for node-level failures).
     With ``hold_cordon`` a verified node stays cordoned (result ``verified``) until release_node has
-    compared its hardware too."""
+    compared its hardware too. ``drain_plan``: the raw drain plan ``planned`` was made from, read just now
+    (plan_one's ``_drain``): the drain starts from it instead of reading the node, its pods and budgets again."""
     ops = ops or ctx.ops_factory()
     started = time.monotonic()
     planned = planned or plan_one(ctx, ops, node_name, target)
@@ -368,8 +374,10 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         ctx.report(node_name, "draining", "%s -> %s: cordon and evict %d pod(s)" % (
             row["before"] or "unset", target, len(planned.get("pods_to_evict") or [])))
         drainer = ctx.drainer(ops, node_name)
+        if drain_plan is not None:
+            drainer.pods = drain_plan["_pods"]  # the pods the plan read: their controllers, for the follow
         try:
-            drained = drain_node(drainer, o["drain_timeout"])
+            drained = drain_node(drainer, o["drain_timeout"], plan=drain_plan)
         except DrainError as exc:
             row["evicted"] = ["%s/%s" % (p["namespace"], p["name"]) for p in exc.result.get("evicted") or []]
             row["_evictions"] = drainer.evictions(exc.result.get("evicted") or [])
@@ -382,8 +390,8 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         # 2-4. the MIG step: label (or re-trigger a resumed node), follow the state, verify allocatable and
         # GFD labels against the plan; the in-progress marker is cleared here unless the node stays held.
         step = node_step.run_step(ops, node_name, target, planned, o["apply_timeout"], o["verify_timeout"],
-                                  unwedge_on_timeout=o["unwedge_on_timeout"], clear=not hold_cordon,
-                                  progress=ctx.reporter(node_name), where=where)
+                                  unwedge_on_timeout=o["unwedge_on_timeout"], clear=False,
+                                  progress=ctx.reporter(node_name), where=where, node=drainer.node)
         row["states"] = step["states"]
         row["rebooted"] = step["rebooted"]
         if step.get("not_ready_seen"):
@@ -412,7 +420,7 @@ def reconfigure_node(ctx, node_name, target, planned=None, hold_cordon=False, op
         if step["mismatches"]:
             return _fail(row, "verify", "node %s: MIG Manager reported success but %s; node left cordoned" % (
                 node_name, "; ".join(step["mismatches"])), ctx, ops, node_name, started)
-        if hold_cordon:
+        if hold_cordon:  # the in-progress marker stays: the release finds the held nodes by it
             row.update(result="verified", after=target, duration_s=round(time.monotonic() - started, 3),
                        message="%s -> %s: allocatable and GFD labels verified; cordoned until the hardware is read" % (
                            row["before"] or "unset", target))
@@ -444,9 +452,9 @@ def _unreachable(row, stage, exc, ctx, ops, node_name, started):
 
 
 def _give_back(ctx, ops, node_name, target, row, started, what, node=None):
-    """Uncordon as found; ``node`` is the node the step already cleared the marker of (no extra request)."""
-    node = node or node_step.clear_marker(ops, node_name)  # the patched node: no extra read
-    changed, outcome = ctx.drainer(ops, node_name).uncordon(node)
+    """Clear the in-progress marker and uncordon as found, in one merge patch; ``node`` is the node as just seen
+    (its watch event), else it is read."""
+    changed, outcome = ctx.drainer(ops, node_name).uncordon(node, node_step.finish_annotations_patch())
     row.update(result="reconfigured", after=target, uncordon=outcome,
                duration_s=round(row.get("duration_s", 0.0) + time.monotonic() - started, 3),
                message="%s -> %s, %s verified (%s)" % (row["before"] or "unset", target, what, outcome))
@@ -564,12 +572,13 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
             local.ops = ctx.ops_factory()  # one client per worker thread, reused for its next nodes
         started = time.monotonic()
         try:
-            planned = plan_one(ctx, local.ops, name, target, hardware_by_node.get(name))
+            planned = plan_one(ctx, local.ops, name, target, hardware_by_node.get(name), keep_drain=True)
         except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
             halted.append(name)
             return not_started_row(name, "node %s not started, nothing was changed there: Kubernetes API server "
                                    "unreachable (%s)" % (name, connection_reason(exc))), \
                 {"node": name, "errors": [], "not_started": True}
+        drain_plan = planned.pop("_drain", None)
         if room_check is not None and not planned["errors"] and planned.get("pods_to_evict"):
             short = room_check(local.ops, planned)
             if short:
@@ -579,7 +588,8 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
                            after=planned.get("current_config"))
                 return report_row(ctx, row), planned
         plan_s = time.monotonic() - started
-        row = reconfigure_node(ctx, name, target, planned, hold_cordon=hold_cordon, ops=local.ops)
+        row = reconfigure_node(ctx, name, target, planned, hold_cordon=hold_cordon, ops=local.ops,
+                               drain_plan=None if room_check is not None else drain_plan)
         # Outside drain + apply + verify: the fresh plan before, and giving the node back after.
         row["overhead_s"] = {"plan": round(plan_s, 3), "around_steps": round(
             row.get("duration_s", 0.0) - sum(row.get("timings", {}).values()), 3)}

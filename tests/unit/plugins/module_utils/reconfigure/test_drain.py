@@ -111,3 +111,56 @@ def test_uncordon_restores_exactly_what_was_found():
     patch, outcome = drain.uncordon_patch(node(True, prior="true"))
     assert outcome == "left-cordoned" and "spec" not in patch
     assert drain.uncordon_patch(node(True)) == (None, "no-record")
+
+
+class PatchOps(object):
+    def __init__(self):
+        self.patches = []
+
+    def patch_node(self, name, body):
+        self.patches.append((name, body))
+        return body
+
+
+def test_uncordon_and_the_marker_go_in_one_patch_and_the_marker_alone_when_nothing_to_uncordon():
+    ops = PatchOps()
+    marker = {"metadata": {"annotations": {"gpufleet.io/mig-target-config": None}}}
+    drainer = drain.NodeDrainer(ops, "n1")
+    assert drainer.uncordon(node(True, prior="false"), marker) == (True, "uncordoned")
+    assert ops.patches == [("n1", {"metadata": {"annotations": {"gpufleet.io/mig-target-config": None,
+                                                                 drain.PRIOR_UNSCHEDULABLE_ANNOTATION: None}},
+                                   "spec": {"unschedulable": None}})]
+    assert drainer.uncordon(node(True, prior="true"), marker) == (True, "left-cordoned")
+    assert "spec" not in ops.patches[-1][1]  # an admin's cordon stays
+    assert drainer.uncordon(node(True), marker) == (False, "no-record")
+    assert ops.patches[-1] == ("n1", marker) and len(ops.patches) == 3
+    assert marker == {"metadata": {"annotations": {"gpufleet.io/mig-target-config": None}}}  # not modified
+
+
+class WatchingOps(object):
+    """The node's pods: a watch that deletes the evicted pods; counts lists (none expected after the plan's)."""
+
+    def __init__(self):
+        self.lists, self.watched_from = 0, None
+
+    def list_pods_on_node(self, node_name):
+        self.lists += 1
+        return {"metadata": {"resourceVersion": "7"}, "items": []}
+
+    def lister(self, path):
+        return path
+
+    def watch(self, list_func, deadline, done, initial, relisted=None, **kwargs):
+        self.watched_from = initial["metadata"]["resourceVersion"]
+        gone = {"metadata": {"uid": "uid-a"}, "spec": {"nodeName": "n1"}}
+        assert done("DELETED", gone)
+        return gone
+
+
+def test_wait_gone_watches_from_the_plans_list_without_listing_again():
+    ops = WatchingOps()
+    evicted = [drain.summarize_pod(pod("a"))]
+    assert drain.NodeDrainer(ops, "n1").wait_gone(evicted, 10 ** 9, {"resourceVersion": "5"}) == []
+    assert ops.lists == 0 and ops.watched_from == "5"
+    assert drain.NodeDrainer(ops, "n1").wait_gone(evicted, 10 ** 9) == []  # no list given: lists first (gone already)
+    assert ops.lists == 1

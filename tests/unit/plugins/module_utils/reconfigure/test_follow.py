@@ -1,5 +1,8 @@
 """Following evicted pods to their replacements: matching by the controller's uid, pure over pod dicts."""
 
+import time
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import follow, rollout
 
 RS = {"kind": "ReplicaSet", "name": "web-1", "uid": "rs-uid"}
@@ -79,3 +82,42 @@ def test_summary_table_has_the_back_column_and_the_follow_lines():
     assert lines[1].split()[4:6] == ["2", "1/2"] and lines[2].split()[5] == "-"
     assert lines[3:] == ["n1: 1 of 2 evicted pods running again: 1 on n2",
                          "n1: w/c (replaces w/b) Pending: 0/2 nodes are available"]
+
+
+class WatchOps(object):
+    """List and watch of the evicted pods' namespace: the watch delivers ``events`` then waits out its deadline."""
+
+    def __init__(self, pods, events=()):
+        self.pods, self.events, self.deadlines = pods, list(events), []
+
+    def lister(self, path):
+        return path
+
+    def list_pods_in_namespace(self, namespace):
+        return {"metadata": {"resourceVersion": "1"}, "items": self.pods}
+
+    def watch(self, list_func, deadline, done, initial):
+        self.deadlines.append(deadline - time.monotonic())
+        while self.events:
+            event = self.events.pop(0)
+            if done("MODIFIED", event):
+                return event
+        raise DeadlineExceeded("deadline reached", None)
+
+
+def test_the_follow_ends_once_the_scheduler_refused_every_replacement_not_the_timeout_later():
+    old = pod("web-a", "a", RS, "n1")
+    refused = pod("web-b", "b", RS, None, phase="Pending", created="2026-01-01T00:01:00Z",
+                  scheduled_message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    ops = WatchOps([refused])
+    result = follow.follow(ops, [follow.eviction("n1", old)], set(["a"]), timeout=600)
+    assert result["n1"]["pending"][0]["pod"] == "w/web-b"
+    assert len(ops.deadlines) == 1 and ops.deadlines[0] <= follow.SETTLE_S  # settled, not the 600 s timeout
+
+
+def test_a_replacement_not_yet_refused_is_waited_for_until_it_runs():
+    old = pod("web-a", "a", RS, "n1")
+    waiting = pod("web-b", "b", RS, "n2", phase="Pending", created="2026-01-01T00:01:00Z")  # bound, starting
+    ops = WatchOps([waiting], events=[pod("web-b", "b", RS, "n2", created="2026-01-01T00:01:00Z")])
+    result = follow.follow(ops, [follow.eviction("n1", old)], set(["a"]), timeout=600)
+    assert result["n1"]["returned_on"] == {"n2": 1} and ops.deadlines[0] > 500

@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import progress
 
@@ -34,7 +35,7 @@ class Forbidden(Exception):
 def test_record_is_replaced_with_each_step_and_lines_show_only_changes(tmp_path):
     path = tmp_path / "step-0.json"
     clock = Clock()
-    tracker = progress.Progress(str(path), config="all-balanced", clock=clock)
+    tracker = progress.Progress(str(path), config="all-balanced", clock=clock, write_interval=0)
     assert json.loads(path.read_text())["nodes"] == []
     tracker.step("gpu-a", "draining", "all-disabled -> all-balanced")
     first = json.loads(path.read_text())
@@ -68,27 +69,28 @@ def test_events_per_step_on_the_node_in_namespace_default():
         tracker.step("gpu-a", step, step + " message")
     tracker.step("gpu-b", "draining")
     tracker.step("gpu-b", "failed", "node gpu-b: MIG Manager reported failed")
+    tracker.flush()  # posted by a background thread, in the order of the steps
     reasons = [(b["involvedObject"]["name"], b["reason"], b["type"]) for _ns, b in events.posted]
-    assert reasons == [("gpu-a", "MigReconfigureDraining", "Normal"), ("gpu-a", "MigReconfigureApplied", "Normal"),
-                       ("gpu-a", "MigReconfigureVerified", "Normal"), ("gpu-b", "MigReconfigureDraining", "Normal"),
-                       ("gpu-b", "MigReconfigureFailed", "Warning")]
+    assert reasons == [("gpu-a", "MigReconfigureDraining", "Normal"), ("gpu-a", "MigReconfigureVerified", "Normal"),
+                       ("gpu-b", "MigReconfigureDraining", "Normal"), ("gpu-b", "MigReconfigureFailed", "Warning")]
     namespace, body = events.posted[-1]
     assert namespace == "default" and body["metadata"]["namespace"] == "default"
     assert body["involvedObject"]["kind"] == "Node" and body["source"] == {"component": "gpufleet"}
-    assert body["message"] == "node gpu-b: MIG Manager reported failed" and tracker.events_posted == 5
+    assert body["message"] == "node gpu-b: MIG Manager reported failed" and tracker.events_posted == 4
 
 
 def test_an_event_that_cannot_be_posted_is_kept_as_an_error_not_raised():
     tracker = progress.Progress(None, Events(fail=Forbidden("no")), clock=Clock())
     tracker.step("gpu-a", "draining")
     tracker.step("gpu-b", "draining")
+    tracker.flush()
     assert tracker.events_posted == 0
     assert tracker.event_errors == ["Event MigReconfigureDraining on node gpu-a not posted: HTTP 403 Forbidden"]
 
 
 def test_threads_report_concurrently(tmp_path):
     path = tmp_path / "p.json"
-    tracker = progress.Progress(str(path))
+    tracker = progress.Progress(str(path), write_interval=0)
     threads = [threading.Thread(target=lambda i=i: [tracker.step("n%d" % i, s) for s in ("draining", "pending", "done")])
                for i in range(8)]
     for t in threads:
@@ -98,3 +100,25 @@ def test_threads_report_concurrently(tmp_path):
     record = json.loads(path.read_text())
     assert sorted(n["node"] for n in record["nodes"]) == ["n%d" % i for i in range(8)]
     assert all(n["step"] == "done" for n in record["nodes"])
+
+
+def test_steps_in_quick_succession_are_written_together_within_the_interval(tmp_path):
+    path = tmp_path / "p.json"
+    tracker = progress.Progress(str(path), write_interval=0.3)
+    writes = []
+    original = tracker.write
+
+    def counting_write():
+        writes.append(len(tracker.nodes))
+        original()
+    tracker.write = counting_write
+    for i in range(50):
+        tracker.step("n%d" % i, "draining")
+    assert len(writes) <= 1  # the record was written just now (at the start): the steps wait for the writer
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(json.loads(path.read_text())["nodes"]) < 50:
+        time.sleep(0.05)
+    assert len(json.loads(path.read_text())["nodes"]) == 50, "the writer thread did not write the last steps"
+    assert len(writes) <= 2
+    tracker.finish()
+    assert json.loads(path.read_text())["finished"] is True

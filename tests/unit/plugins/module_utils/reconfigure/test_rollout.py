@@ -20,10 +20,10 @@ def fake_node_steps(monkeypatch, fail=(), seconds=0.05):
     seen = {"running": 0, "peak": 0, "started": []}
     lock = threading.Lock()
 
-    def plan_one(ctx, ops, name, target, hardware=None):
+    def plan_one(ctx, ops, name, target, hardware=None, keep_drain=False):
         return {"node": name, "errors": [], "current_config": "all-disabled"}
 
-    def reconfigure_node(ctx, name, target, planned, hold_cordon=False, ops=None):
+    def reconfigure_node(ctx, name, target, planned, hold_cordon=False, ops=None, drain_plan=None):
         with lock:
             seen["running"] += 1
             seen["peak"] = max(seen["peak"], seen["running"])
@@ -159,7 +159,7 @@ def test_tables_print_one_line_per_row_in_ansible_yaml_output():
 def test_a_node_whose_pods_no_longer_fit_is_not_started_and_the_others_go_on(monkeypatch):
     seen = fake_node_steps(monkeypatch)
 
-    def plan_one(ctx, ops, name, target, hardware=None):
+    def plan_one(ctx, ops, name, target, hardware=None, keep_drain=False):
         return {"node": name, "errors": [], "current_config": "all-disabled", "model": "H100",
                 "pods_to_evict": ["w/" + name]}
 
