@@ -14,6 +14,7 @@ its step when its own call met the outage).
 Before this change the first broken watch raised urllib3's ProtocolError out of the rollout module: the
 playbook failed, rows lost, the canary left cordoned with its step unknown."""
 
+import datetime
 import json
 import time
 
@@ -67,6 +68,19 @@ def wait_pending(testbed, node, agents, timeout=240):
 def lease(testbed, name):
     proc = testbed.kubectl("get", "lease", "-n", "gpu-operator", name, "-o", "json", check=False)
     return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def lease_free(testbed, name):
+    """The Lease is gone, or its holder's time (renewTime + leaseDurationSeconds) is over by the server's clock
+    (the testbed's, on this machine)."""
+    found = lease(testbed, name)
+    if found is None:
+        return True
+    spec = found.get("spec") or {}
+    stamp = spec.get("renewTime") or spec["acquireTime"]
+    renewed = datetime.datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+    expires = renewed + datetime.timedelta(seconds=int(spec["leaseDurationSeconds"]) + 1)  # renewTime's fraction cut
+    return datetime.datetime.now(datetime.timezone.utc) >= expires
 
 
 def two_nodes(testbed, add_gpu_node):
@@ -158,7 +172,8 @@ def test_down_past_the_deadline_stops_with_every_node_recorded_then_a_rerun_fini
     assert view["unschedulable"] is True and view["annotations"].get(PRIOR_ANNOTATION) == "false"
     assert node_view(testbed, other)["unschedulable"] is False
 
-    time.sleep(11)  # the failed run's Lease (10 s) may not have been released while the API server was down
+    # The failed run could not release its Lease while the API server was down: the re-run takes it once expired.
+    testbed.wait_for(lambda: lease_free(testbed, lock), 60, "the failed run's Lease %s to expire" % lock)
     runner.env = runner_env
     # The simulated MIG Manager gave up its step when its own call met the outage (as mig-parted's script exits):
     # the re-run un-wedges a node still pending at its apply deadline, the documented recovery.
