@@ -4,7 +4,9 @@ While the canary is ``pending`` (MIG Manager in its hardware step), kube-apiserv
 started again (Cluster.component_stopped: down ~15 s in all; kube-controller-manager and kube-scheduler, which exit
 when they cannot renew their leader Lease, are started again as the kubelet would). The rollout's watches re-list and resume, its other calls
 retry (urllib3 Retry for reads, retry_write for writes), the Lease renewer keeps trying and renews as the same
-holder: every node ends reconfigured and verified, the Lease is released, only GPU pods were evicted.
+holder: every node ends reconfigured and verified, the Lease is released, only GPU pods were evicted. All of it
+under the least-privilege ServiceAccount of rbac/mig-reconfigure.yaml: a restarted kube-apiserver answers it 403
+until its RBAC informers have synced (while /readyz answers 500), which the client retries while /readyz says so.
 
 Down longer than the apply deadline: the rollout stops; the canary's row records that the API server was
 unreachable, at which step (apply) and that the node is left cordoned; the next node is not started. A re-run
@@ -24,7 +26,6 @@ from tests.integration.reconfigure.conftest import (
     PLAYBOOK,
     PRIOR_ANNOTATION,
     PlaybookResult,
-    Runner,
     deploy,
     node_view,
     running_pods,
@@ -108,11 +109,6 @@ def test_restart_mid_rollout_continues_and_ends_verified(testbed, gpu_cluster, a
     variables = dict(rollout_vars(lock, mig_reconfigure_lock_duration=30, mig_reconfigure_apply_timeout=300),
                      profile="all-1g.10gb",
                      mig_reconfigure_nodes=[canary, other])
-    if component == "kube-apiserver":
-        # Known gap (see docs/reliability.md): with the least-privilege ServiceAccount, the restarted testbed API
-        # server answered "cannot list resource nodes" (403) for longer than the retry window; the admin
-        # kubeconfig (system:masters) is not subject to RBAC.
-        runner = Runner(testbed.kubeconfig, runner.workdir.parent / "ansible-admin")
     proc = runner.playbook(PLAYBOOK, [canary, other], variables, popen=True)
     try:
         wait_pending(testbed, canary, gpu_cluster)

@@ -50,7 +50,6 @@ def clock(monkeypatch):
     monkeypatch.setattr(client, "time", fake)
     monkeypatch.setattr(api, "time", fake)
     monkeypatch.setattr(urllib3.util.retry, "time", fake)  # Retry.sleep's waits (backoff and Retry-After)
-    monkeypatch.setitem(client._REACHABILITY, "failed", None)
     return fake
 
 
@@ -59,6 +58,8 @@ def clock(monkeypatch):
 class Scripted(http.server.BaseHTTPRequestHandler):
     answers = []  # (status, headers) consumed per request; then 200
     seen = []
+    paths = []
+    auth = []
 
     def log_message(self, *args):
         pass
@@ -68,6 +69,8 @@ class Scripted(http.server.BaseHTTPRequestHandler):
         if length:
             self.rfile.read(length)
         Scripted.seen.append(self.command)
+        Scripted.paths.append(self.path)
+        Scripted.auth.append(self.headers.get("Authorization"))
         status, headers = Scripted.answers.pop(0) if Scripted.answers else (200, {})
         body = b'{"kind":"Status","code":%d}' % status if status != 200 else b'{"ok":true}'
         self.send_response(status)
@@ -83,7 +86,7 @@ class Scripted(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
-    Scripted.answers, Scripted.seen = [], []
+    Scripted.answers, Scripted.seen, Scripted.paths, Scripted.auth = [], [], [], []
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield "http://127.0.0.1:%d" % httpd.server_address[1]
@@ -379,17 +382,68 @@ def test_relisted_sees_objects_deleted_while_the_watch_was_down(ops, clock):
     assert not waiting
 
 
-def test_forbidden_right_after_an_outage_is_retried_and_otherwise_not(monkeypatch, clock):
-    """A kube-apiserver that has just restarted answers 403 until its RBAC cache has synced (seen in the testbed)."""
+def test_forbidden_is_retried_only_while_the_server_says_it_is_not_ready(monkeypatch, clock):
+    """A kube-apiserver that has just (re)started answers 403 to a ServiceAccount until its RBAC informers have
+    synced, while its /readyz answers 500 (measured in the testbed, docs/reliability.md)."""
     monkeypatch.setenv(client.RETRY_SECONDS_ENV, "5")
-    send, calls = scripted_send([Resp(403), Resp(200)])
-    assert client.retry_after_restart(send, "GET", "https://h/api/v1/nodes").status == 403 and len(calls) == 1
-    client.note_unreachable()
+    readiness = []
+
+    def not_ready():
+        readiness.append(True)
+        return len(readiness) <= 2  # /readyz: 500, 500, then ok
+
     send, calls = scripted_send([Resp(403), Resp(401), Resp(200)])
-    assert client.retry_after_restart(send, "GET", "https://h/api/v1/nodes").status == 200 and len(calls) == 3
-    assert clock.sleeps == [0.5, 1.0]
-    # Past RESTART_GRACE after the outage a 403 is the answer at once.
-    clock.advance(client.RESTART_GRACE)
+    assert client.retry_while_not_ready(send, not_ready, "GET", "https://h/api/v1/nodes").status == 200
+    assert len(calls) == 3 and clock.sleeps == [0.5, 1.0] and len(readiness) == 2
+    # A ready server's 403 is the answer at once (one look at /readyz, no wait).
     send, calls = scripted_send([Resp(403), Resp(200)])
-    assert client.retry_after_restart(send, "GET", "https://h/api/v1/nodes").status == 403 and len(calls) == 1
-    assert clock.sleeps == [0.5, 1.0]
+    assert client.retry_while_not_ready(send, lambda: False, "PATCH", "https://h/api/v1/nodes/n").status == 403
+    assert len(calls) == 1 and clock.sleeps == [0.5, 1.0]
+    # Never ready: retried for STARTING_SECONDS (longer than this window: a start-up is an outage in progress):
+    # 0.5 + 1 + 2 + 4 + 8 * 14 = 119.5 s; + 8 s is past 120 s. Then the 403.
+    clock.sleeps[:] = []
+    send, calls = scripted_send([Resp(403)] * 100)
+    assert client.retry_while_not_ready(send, lambda: True, "GET", "https://h/api/v1/nodes").status == 403
+    assert clock.sleeps == [0.5, 1.0, 2.0, 4.0] + [8.0] * 14 and len(calls) == 19
+    # A longer retry window is the bound then.
+    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "200")
+    clock.sleeps[:] = []
+    send, calls = scripted_send([Resp(403)] * 100)
+    assert client.retry_while_not_ready(send, lambda: True, "GET", "https://h/api/v1/nodes").status == 403
+    assert sum(clock.sleeps) == 199.5 and len(calls) == 29
+
+
+def test_forbidden_raised_by_an_older_client_is_retried_the_same_way(monkeypatch, clock):
+    """kubernetes < 37: the client's request raises ApiException for a non-2xx status."""
+    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "5")
+    send, calls = scripted_send([ApiException(status=403, reason="Forbidden"), Resp(200)])
+    assert client.retry_while_not_ready(send, lambda: True, "GET", "https://h/api/v1/nodes").status == 200
+    assert len(calls) == 2 and clock.sleeps == [0.5]
+    send, calls = scripted_send([ApiException(status=403, reason="Forbidden"), Resp(200)])
+    with pytest.raises(ApiException):
+        client.retry_while_not_ready(send, lambda: False, "GET", "https://h/api/v1/nodes")
+    send, calls = scripted_send([ApiException(status=404, reason="Not Found")])
+    with pytest.raises(ApiException):
+        client.retry_while_not_ready(send, lambda: True, "GET", "https://h/api/v1/nodes/x")
+    assert len(calls) == 1 and clock.sleeps == [0.5]
+
+
+@pytest.mark.parametrize("status,not_ready", [(500, True), (503, True), (200, False), (404, False), (403, False)])
+def test_server_not_ready_asks_readyz_once_with_the_requests_credentials(server, status, not_ready):
+    Scripted.answers = [(status, {})]
+    pool = urllib3.PoolManager(retries=client.retry_policy())
+    headers = {"Authorization": "Bearer t", "Content-Type": "application/json"}
+    assert client.server_not_ready(pool, server + "/api/v1/nodes?limit=1", headers) is not_ready
+    assert Scripted.seen == ["GET"] and Scripted.paths == ["/readyz"] and Scripted.auth == ["Bearer t"]
+
+
+def test_server_not_ready_without_an_answer_is_no_evidence():
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))  # bound, never listening: refused
+    try:
+        assert client.server_not_ready(urllib3.PoolManager(), "http://127.0.0.1:%d/api/v1/nodes" % sock.getsockname()[1]) \
+            is False
+    finally:
+        sock.close()
