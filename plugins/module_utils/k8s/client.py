@@ -35,10 +35,10 @@ except ImportError:  # pragma: no cover - exercised only where the library is mi
         status = None
 
 try:
-    from urllib3.exceptions import MaxRetryError, ProtocolError
+    from urllib3.exceptions import ProtocolError
     from urllib3.util.retry import Retry
 except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
-    Retry = MaxRetryError = None
+    Retry = None
 
     class ProtocolError(Exception):  # type: ignore[no-redef]
         pass
