@@ -105,8 +105,7 @@ def test_an_api_server_gone_while_following_ends_the_follow_with_what_is_known_n
     node raised the connection error out of mig_rollout (found by test_control_plane_restart.py)."""
     import urllib3
 
-    refused = urllib3.exceptions.MaxRetryError(None, "/api/v1/namespaces/w/pods",
-                                                ConnectionRefusedError(111, "Connection refused"))
+    refused = urllib3.exceptions.MaxRetryError(None, "/api/v1/namespaces/w/pods", ConnectionRefusedError(111, "Connection refused"))
     evictions = [follow.eviction("n1", pod("web-a", "a", RS, "n1")), follow.eviction("n1", pod("bare", "x", None, "n1"))]
     result = follow.follow(DownOps(refused), evictions, set(["a", "x"]), 5)
     assert result["n1"]["evicted"] == 2 and result["n1"]["returned"] == 0
