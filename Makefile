@@ -18,13 +18,9 @@ INTEGRATION_DEPS :=
 TEST_EXTRA :=
 # Single-shot: a flaky test is a defect to find (docs/testing.md); add --reruns 2 here only when hunting one locally.
 INTEGRATION_PYTEST_ARGS ?=
-# Two control-plane fault tests failed under the full suite's load (passing alone): run by `make reliability-load`
-# until their timing is fixed (issue 18; the session-6 note says what failed).
-LOAD_SENSITIVE := --deselect tests/integration/modules/test_unreachable_api_server.py::test_transient_5xx_and_429_are_retried_on_reads_and_writes \
-	--deselect tests/integration/reliability/control_plane/test_control_plane_restart.py::test_down_past_the_deadline_stops_with_every_node_recorded_then_a_rerun_finishes
 -include mk/*.mk
 
-.PHONY: help setup lint sanity unit integration reliability-load test demo demo-down build clean
+.PHONY: help setup lint sanity unit integration test demo demo-down build clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -53,11 +49,7 @@ unit: setup ## unit tests of the pure logic
 	$(BIN)/python -m pytest tests/unit -q
 
 integration: setup $(INTEGRATION_DEPS) ## integration tests against the testbed and the simulators
-	$(BIN)/python -m pytest tests/integration -q $(LOAD_SENSITIVE) $(INTEGRATION_PYTEST_ARGS)
-
-reliability-load: setup $(INTEGRATION_DEPS) ## the two load-sensitive control-plane fault tests (not yet in make test)
-	$(BIN)/python -m pytest -q tests/integration/modules/test_unreachable_api_server.py::test_transient_5xx_and_429_are_retried_on_reads_and_writes \
-		tests/integration/reliability/control_plane/test_control_plane_restart.py::test_down_past_the_deadline_stops_with_every_node_recorded_then_a_rerun_finishes
+	$(BIN)/python -m pytest tests/integration -q $(INTEGRATION_PYTEST_ARGS)
 
 build: setup ## ansible-galaxy collection build
 	mkdir -p build && $(BIN)/ansible-galaxy collection build --force --output-path build .

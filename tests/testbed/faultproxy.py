@@ -104,8 +104,15 @@ class FaultProxy:
         return rule
 
     def clear(self):
+        """Remove the rules (the log stays, for the assertions after a run)."""
         with self._lock:
             self.rules = []
+
+    def reset(self):
+        """Remove the rules and forget the log: a proxy shared by several tests starts each one afresh."""
+        with self._lock:
+            self.rules = []
+            self.log = []
 
     def _pick(self, method, path):
         with self._lock:

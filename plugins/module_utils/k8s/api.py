@@ -22,7 +22,7 @@ import json
 import threading
 import time
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import RETRY_STATUSES, backoff, note_unreachable
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import RETRY_STATUSES, backoff
 
 try:
     from kubernetes import client as k8s_client
@@ -309,7 +309,6 @@ class KubeOps(object):
                     failures, error = failures + 1, exc
                     self._note(exc)
             except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
-                note_unreachable()
                 relist = True
                 failures, error = failures + 1, exc
                 self._note(exc)

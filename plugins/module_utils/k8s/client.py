@@ -21,7 +21,7 @@ import traceback
 try:
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
-    from kubernetes.client.rest import ApiException  # noqa: F401  pylint: disable=unused-import
+    from kubernetes.client.rest import ApiException
 
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
@@ -35,10 +35,10 @@ except ImportError:  # pragma: no cover - exercised only where the library is mi
         status = None
 
 try:
-    from urllib3.exceptions import MaxRetryError, ProtocolError
+    from urllib3.exceptions import ProtocolError
     from urllib3.util.retry import Retry
 except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
-    Retry = MaxRetryError = None
+    Retry = None
 
     class ProtocolError(Exception):  # type: ignore[no-redef]
         pass
@@ -171,8 +171,10 @@ def trace_calls(api_client):
     def request(method, url, *args, **kwargs):
         call = _call_name(method, url)
         _CALLS.call = _LAST_CALL["call"] = call
+        headers = kwargs.get("headers") or next((a for a in args if isinstance(a, dict)), None)
         try:
-            return retry_after_restart(send, method, url, *args, **kwargs)
+            return retry_while_not_ready(send, lambda: server_not_ready(rest.pool_manager, url, headers),
+                                         method, url, *args, **kwargs)
         except Exception as exc:
             if getattr(exc, "gpufleet_call", None) is None:
                 try:
@@ -289,28 +291,48 @@ def retry_write(send, method, url, *args, **kwargs):
         time.sleep(delay)
 
 
-# An API server that has just come back answers 401/403 to requests it will allow a moment later, until its
-# authenticator and RBAC caches have synced (seen in the testbed after a kube-apiserver restart: "cannot list
-# resource nodes" for a ServiceAccount that may). Such an answer within RESTART_GRACE seconds after this process
-# last failed to reach the server is retried like a 503.
-RESTART_GRACE = 60.0
-_REACHABILITY = {"failed": None}
+# A kube-apiserver serves requests before it is ready: just after a (re)start, until its RBAC informers have synced
+# (readiness check poststarthook/rbac/bootstrap-roles), it answers 403 "cannot list resource ..." to a
+# ServiceAccount that may; system:masters is not subject to RBAC. Measured in the testbed (docs/reliability.md):
+# 403s from the first answer until 14 s (idle machine) or 38 s (load 40) later, all while /readyz answered 500,
+# ending before /readyz answered ok. So a 401/403 is retried (backoff) only while the server itself says it is not
+# ready: /readyz answers a 5xx; for up to the retry window, or STARTING_SECONDS when that is longer (a server's
+# start-up is an outage in progress). On a ready server, or when /readyz cannot tell (404, 401/403 where an
+# administrator restricted it, no answer), the 401/403 is the answer at once: a missing permission fails fast.
+# /readyz is readable by anyone by default (kube-apiserver's --authorization-always-allow-paths).
+AUTH_STATUSES = (401, 403)
+READYZ_TIMEOUT = 5.0
+STARTING_SECONDS = 120.0
 
 
-def note_unreachable():
-    """Record that the API server could not be reached just now (a refused, reset or stalled connection)."""
-    _REACHABILITY["failed"] = time.monotonic()
+def readyz_url(url):
+    """``https://host:port/readyz`` of the server that ``url`` (a request's full URL) goes to."""
+    scheme, _sep, rest = str(url).partition("://")
+    return "%s://%s/readyz" % (scheme, rest.partition("/")[0])
 
 
-def just_restarted():
-    failed = _REACHABILITY["failed"]
-    return failed is not None and time.monotonic() - failed < RESTART_GRACE
+def server_not_ready(pool_manager, url, headers=None):
+    """Whether the API server of ``url`` says it is not ready: GET /readyz (once, no retries, same credentials)
+    answered a 5xx. False when it answered ok or anything else, or did not answer: no evidence."""
+    auth = dict((k, v) for k, v in (headers or {}).items() if str(k).lower() == "authorization")
+    try:
+        resp = pool_manager.request("GET", readyz_url(url), headers=auth, retries=False, timeout=READYZ_TIMEOUT)
+    except Exception:  # pylint: disable=broad-except  # any failure to ask is no evidence
+        return False
+    return 500 <= (getattr(resp, "status", None) or 0) <= 599
 
 
-def retry_after_restart(send, method, url, *args, **kwargs):
-    """One request (writes through retry_write); a 401/403 shortly after the server was unreachable is tried
-    again within the retry window."""
-    window = retry_seconds()
+def _auth_status(response_or_exc):
+    status = getattr(response_or_exc, "status", None)
+    return status if status in AUTH_STATUSES else None
+
+
+def retry_while_not_ready(send, not_ready, method, url, *args, **kwargs):
+    """One request (writes through retry_write). A 401/403 answer, returned (kubernetes >= 37) or raised as
+    ApiException (older clients), is tried again while ``not_ready()`` (server_not_ready for this request's
+    server) says the server is still starting, for up to max(retry window, STARTING_SECONDS); otherwise it is
+    the answer at once."""
+    window = max(retry_seconds(), STARTING_SECONDS)
     started = time.monotonic()
     attempt = 0
     while True:
@@ -319,23 +341,24 @@ def retry_after_restart(send, method, url, *args, **kwargs):
                 response = retry_write(send, method, url, *args, **kwargs)
             else:
                 response = send(method, url, *args, **kwargs)
-        except (ProtocolError, OSError) + ((MaxRetryError,) if MaxRetryError is not None else ()):
-            note_unreachable()
-            raise
-        retries = getattr(getattr(response, "response", response), "retries", None)
-        if any(entry.error is not None for entry in getattr(retries, "history", None) or ()):
-            note_unreachable()  # urllib3 reconnected on the way: the server was down a moment ago
-        status = getattr(response, "status", None)
-        if status not in (401, 403) or not just_restarted():
-            return response
-        attempt += 1
-        delay = backoff(attempt)
-        if time.monotonic() - started + delay > window:
-            return response
-        try:
-            response.read()
-        except Exception:  # pylint: disable=broad-except
-            pass
+        except ApiException as exc:
+            if _auth_status(exc) is None:
+                raise
+            attempt += 1
+            delay = backoff(attempt)
+            if time.monotonic() - started + delay > window or not not_ready():
+                raise
+        else:
+            if _auth_status(response) is None:
+                return response
+            attempt += 1
+            delay = backoff(attempt)
+            if time.monotonic() - started + delay > window or not not_ready():
+                return response
+            try:
+                response.read()
+            except Exception:  # pylint: disable=broad-except
+                pass
         time.sleep(delay)
 
 

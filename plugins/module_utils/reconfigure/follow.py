@@ -22,7 +22,12 @@ __metaclass__ = type
 import collections
 import time
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
+    WATCH_CONNECTION_ERRORS,
+    ApiException,
+    DeadlineExceeded,
+)
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import api_reason, connection_reason
 
 BACK_PHASES = ("Running", "Succeeded")
 # Once every pod not back is a replacement the scheduler has refused (PodScheduled False, Unschedulable) and that
@@ -135,7 +140,10 @@ def follow(ops, evictions, known, timeout):
     namespaces = sorted(set(e["namespace"] for e in evictions))
     path = "/api/v1/namespaces/%s/pods" % namespaces[0] if len(namespaces) == 1 else "/api/v1/pods"
     list_func = ops.lister(path)
-    listing = ops.list_pods_in_namespace(namespaces[0]) if len(namespaces) == 1 else ops.list_pods()
+    try:
+        listing = ops.list_pods_in_namespace(namespaces[0]) if len(namespaces) == 1 else ops.list_pods()
+    except (ApiException,) + WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+        return stopped(outcome(evictions, [], known)[0], exc)
     pods = collections.OrderedDict(((p.get("metadata") or {}).get("uid"), p) for p in listing.get("items") or []
                                    if (p.get("metadata") or {}).get("namespace") in namespaces)
     state = {"result": outcome(evictions, pods.values(), known)}
@@ -166,6 +174,8 @@ def follow(ops, evictions, known, timeout):
             since = ops.watch(list_func, min(deadline, settle_until or deadline), done, since) or since
         except DeadlineExceeded:
             break  # the timeout, or refused replacements that stayed refused for SETTLE_S
+        except (ApiException,) + WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+            return stopped(state["result"][0], exc)
     return state["result"][0]
 
 
@@ -184,6 +194,22 @@ def refused_only(result, pods):
                 return False
             waiting = True
     return waiting
+
+
+def stopped(result, exc):
+    """``result`` (outcome()'s per-node dict) when the pods could not be followed to the end because the API
+    server failed (unreachable past the retries, or an error status): each pod not seen back says so, instead
+    of "no replacement pod seen". Following is a report, not a step: the rollout's rows must not be lost to it."""
+    why = connection_reason(exc) if isinstance(exc, WATCH_CONNECTION_ERRORS) else api_reason(exc)
+    note = "not followed to the end: Kubernetes API server %s (%s)" % (
+        "unreachable" if isinstance(exc, WATCH_CONNECTION_ERRORS) else "error", why)
+    for row in result.values():
+        for entry in row["not_back"]:
+            if entry["reason"] == NO_REPLACEMENT:
+                entry["reason"] = "%s; %s" % (NO_REPLACEMENT, note)
+        for entry in row["pending"]:
+            entry["reason"] = "%s; %s" % (entry["reason"], note)
+    return result
 
 
 def lines(node, followed):

@@ -4,7 +4,9 @@ While the canary is ``pending`` (MIG Manager in its hardware step), kube-apiserv
 started again (Cluster.component_stopped: down ~15 s in all; kube-controller-manager and kube-scheduler, which exit
 when they cannot renew their leader Lease, are started again as the kubelet would). The rollout's watches re-list and resume, its other calls
 retry (urllib3 Retry for reads, retry_write for writes), the Lease renewer keeps trying and renews as the same
-holder: every node ends reconfigured and verified, the Lease is released, only GPU pods were evicted.
+holder: every node ends reconfigured and verified, the Lease is released, only GPU pods were evicted. All of it
+under the least-privilege ServiceAccount of rbac/mig-reconfigure.yaml: a restarted kube-apiserver answers it 403
+until its RBAC informers have synced (while /readyz answers 500), which the client retries while /readyz says so.
 
 Down longer than the apply deadline: the rollout stops; the canary's row records that the API server was
 unreachable, at which step (apply) and that the node is left cordoned; the next node is not started. A re-run
@@ -14,6 +16,7 @@ its step when its own call met the outage).
 Before this change the first broken watch raised urllib3's ProtocolError out of the rollout module: the
 playbook failed, rows lost, the canary left cordoned with its step unknown."""
 
+import datetime
 import json
 import time
 
@@ -23,7 +26,6 @@ from tests.integration.reconfigure.conftest import (
     PLAYBOOK,
     PRIOR_ANNOTATION,
     PlaybookResult,
-    Runner,
     deploy,
     node_view,
     running_pods,
@@ -69,6 +71,19 @@ def lease(testbed, name):
     return json.loads(proc.stdout) if proc.returncode == 0 else None
 
 
+def lease_free(testbed, name):
+    """The Lease is gone, or its holder's time (renewTime + leaseDurationSeconds) is over by the server's clock
+    (the testbed's, on this machine)."""
+    found = lease(testbed, name)
+    if found is None:
+        return True
+    spec = found.get("spec") or {}
+    stamp = spec.get("renewTime") or spec["acquireTime"]
+    renewed = datetime.datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+    expires = renewed + datetime.timedelta(seconds=int(spec["leaseDurationSeconds"]) + 1)  # renewTime's fraction cut
+    return datetime.datetime.now(datetime.timezone.utc) >= expires
+
+
 def two_nodes(testbed, add_gpu_node):
     canary = add_gpu_node("cp-a", "H100-80GB-HBM3", 1, faults=["slow"])  # a few seconds in pending
     other = add_gpu_node("cp-b", "H100-80GB-HBM3", 1)
@@ -94,11 +109,6 @@ def test_restart_mid_rollout_continues_and_ends_verified(testbed, gpu_cluster, a
     variables = dict(rollout_vars(lock, mig_reconfigure_lock_duration=30, mig_reconfigure_apply_timeout=300),
                      profile="all-1g.10gb",
                      mig_reconfigure_nodes=[canary, other])
-    if component == "kube-apiserver":
-        # Known gap (see docs/reliability.md): with the least-privilege ServiceAccount, the restarted testbed API
-        # server answered "cannot list resource nodes" (403) for longer than the retry window; the admin
-        # kubeconfig (system:masters) is not subject to RBAC.
-        runner = Runner(testbed.kubeconfig, runner.workdir.parent / "ansible-admin")
     proc = runner.playbook(PLAYBOOK, [canary, other], variables, popen=True)
     try:
         wait_pending(testbed, canary, gpu_cluster)
@@ -158,7 +168,8 @@ def test_down_past_the_deadline_stops_with_every_node_recorded_then_a_rerun_fini
     assert view["unschedulable"] is True and view["annotations"].get(PRIOR_ANNOTATION) == "false"
     assert node_view(testbed, other)["unschedulable"] is False
 
-    time.sleep(11)  # the failed run's Lease (10 s) may not have been released while the API server was down
+    # The failed run could not release its Lease while the API server was down: the re-run takes it once expired.
+    testbed.wait_for(lambda: lease_free(testbed, lock), 60, "the failed run's Lease %s to expire" % lock)
     runner.env = runner_env
     # The simulated MIG Manager gave up its step when its own call met the outage (as mig-parted's script exits):
     # the re-run un-wedges a node still pending at its apply deadline, the documented recovery.

@@ -3,12 +3,15 @@ answers 503/429 first, the hand-written write retry, and KubeOps.watch over a fa
 function whose watch responses break, stall or answer 410/5xx as scripted).
 
 Each test fails on the code before this change: there the client had no Retry (the first 503 was the answer),
-writes were never retried, and a watch broken by ProtocolError or a read timeout raised out of the rollout."""
+writes were never retried, and a watch broken by ProtocolError or a read timeout raised out of the rollout.
+
+No test here reads the real clock: ``clock`` (autouse) stands in for ``time`` in the retry code (k8s/client.py),
+the watch (k8s/api.py) and urllib3's Retry; its ``sleep`` records the wait and moves the clock on. So each test
+asserts the exact attempts that fit in the window and the exact backoff waits, with the real constants."""
 
 import http.server
 import json
 import threading
-import time
 
 import pytest
 import urllib3
@@ -20,12 +23,34 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import a
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded, KubeOps
 
 
+class FakeClock(object):
+    """``time`` for the code under test: monotonic() and time() read ``now``; sleep() records and advances it."""
+
+    def __init__(self):
+        self.now = 1000.0
+        self.sleeps = []
+
+    def monotonic(self):
+        return self.now
+
+    def time(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
 @pytest.fixture(autouse=True)
-def quick(monkeypatch):
-    """Backoff in hundredths: the schedule is the same, the test is fast."""
-    monkeypatch.setattr(client, "BACKOFF_FACTOR", 0.01)
-    monkeypatch.setattr(client, "BACKOFF_MAX", 0.05)
-    monkeypatch.setattr(api, "WATCH_MIN_REOPEN_INTERVAL", 0.0)
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(client, "time", fake)
+    monkeypatch.setattr(api, "time", fake)
+    monkeypatch.setattr(urllib3.util.retry, "time", fake)  # Retry.sleep's waits (backoff and Retry-After)
+    return fake
 
 
 # -- the pool's Retry, against a real HTTP server on 127.0.0.1 ------------------------------------------------
@@ -33,6 +58,8 @@ def quick(monkeypatch):
 class Scripted(http.server.BaseHTTPRequestHandler):
     answers = []  # (status, headers) consumed per request; then 200
     seen = []
+    paths = []
+    auth = []
 
     def log_message(self, *args):
         pass
@@ -41,7 +68,9 @@ class Scripted(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
-        Scripted.seen.append((self.command, time.monotonic()))
+        Scripted.seen.append(self.command)
+        Scripted.paths.append(self.path)
+        Scripted.auth.append(self.headers.get("Authorization"))
         status, headers = Scripted.answers.pop(0) if Scripted.answers else (200, {})
         body = b'{"kind":"Status","code":%d}' % status if status != 200 else b'{"ok":true}'
         self.send_response(status)
@@ -57,7 +86,7 @@ class Scripted(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
-    Scripted.answers, Scripted.seen = [], []
+    Scripted.answers, Scripted.seen, Scripted.paths, Scripted.auth = [], [], [], []
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield "http://127.0.0.1:%d" % httpd.server_address[1]
@@ -65,24 +94,25 @@ def server():
     httpd.server_close()
 
 
-def test_reads_are_retried_by_the_pool_on_5xx_and_429_with_retry_after(server, monkeypatch):
+def test_reads_are_retried_by_the_pool_on_5xx_and_429_with_retry_after(server, monkeypatch, clock):
     monkeypatch.setenv(client.RETRY_SECONDS_ENV, "5")
-    Scripted.answers = [(503, {}), (429, {"Retry-After": "1"}), (500, {})]
+    Scripted.answers = [(503, {}), (429, {"Retry-After": "3"}), (500, {})]
     pool = urllib3.PoolManager(retries=client.retry_policy())
-    started = time.monotonic()
     resp = pool.request("GET", server + "/api/v1/nodes")
     assert resp.status == 200 and len(Scripted.seen) == 4
-    # The server's Retry-After (1 s) was waited, not the short backoff.
-    assert Scripted.seen[2][1] - Scripted.seen[1][1] >= 0.9
-    assert time.monotonic() - started < 5
+    # urllib3's schedule: the first retry at once; then the server's Retry-After (3 s), not the backoff; then
+    # BACKOFF_FACTOR * 2 ** (3 - 1) after the third error in a row.
+    assert clock.sleeps == [3, 2.0]
 
 
-def test_a_persistent_5xx_ends_with_the_servers_answer_within_the_window(server, monkeypatch):
-    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "0.2")
+def test_a_persistent_5xx_ends_with_the_servers_answer_within_the_window(server, monkeypatch, clock):
+    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "10")
     Scripted.answers = [(503, {})] * 50
     resp = urllib3.PoolManager(retries=client.retry_policy()).request("GET", server + "/api/v1/nodes")
     assert resp.status == 503  # raise_on_status=False: the caller sees the status and raises ApiException
-    assert 2 <= len(Scripted.seen) < 50
+    # backoff 0.5 + 1 + 2 + 4 = 7.5 s fits in 10 s, a fifth retry (+ 8 s) does not: 4 retries, 5 requests.
+    assert client.retry_attempts() == 4 and len(Scripted.seen) == 5
+    assert clock.sleeps == [1.0, 2.0, 4.0] and sum(clock.sleeps) <= 10  # urllib3 sends the first retry at once
 
 
 def test_the_pool_does_not_repeat_a_write_after_a_status(server, monkeypatch):
@@ -93,10 +123,10 @@ def test_the_pool_does_not_repeat_a_write_after_a_status(server, monkeypatch):
     assert resp.status == 503 and len(Scripted.seen) == 1
 
 
-def test_connection_refused_is_retried_then_reported(monkeypatch):
+def test_connection_refused_is_retried_then_reported(monkeypatch, clock):
     import socket
 
-    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "0.2")
+    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "10")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))  # bound, never listening: refused
     try:
@@ -106,7 +136,7 @@ def test_connection_refused_is_retried_then_reported(monkeypatch):
     finally:
         sock.close()
     assert "refused" in str(caught.value.reason).lower()
-    assert policy.connect >= 2
+    assert policy.connect == 4 and clock.sleeps == [1.0, 2.0, 4.0]
 
 
 def test_api_client_of_the_collection_carries_the_retry(tmp_path):
@@ -144,11 +174,13 @@ def scripted_send(outcomes):
     return send, calls
 
 
-def test_a_write_is_retried_after_5xx_429_and_a_broken_connection(monkeypatch):
-    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "5")
-    send, calls = scripted_send([Resp(503), Resp(429, {"Retry-After": "0"}), ProtocolError("reset"), Resp(200)])
+def test_a_write_is_retried_after_5xx_429_and_a_broken_connection(monkeypatch, clock):
+    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "10")
+    send, calls = scripted_send([Resp(503), Resp(429, {"Retry-After": "3"}), ProtocolError("reset"), Resp(200)])
     assert client.retry_write(send, "PATCH", "https://h/api/v1/nodes/n").status == 200
     assert len(calls) == 4
+    # backoff(1) after the 503, the server's Retry-After after the 429, backoff(3) after the broken connection.
+    assert clock.sleeps == [0.5, 3.0, 2.0]
 
 
 def test_an_eviction_refused_by_a_budget_is_not_retried_here(monkeypatch):
@@ -160,21 +192,44 @@ def test_an_eviction_refused_by_a_budget_is_not_retried_here(monkeypatch):
     assert client.retry_write(send, "POST", "https://h/api/v1/namespaces/a/pods/p/eviction").status == 201
 
 
-def test_a_write_gives_up_at_the_window_with_the_last_answer_or_error(monkeypatch):
-    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "0.1")
+def slow(send, clock, seconds):
+    """``send`` whose every request takes ``seconds`` on the clock: the window counts them too."""
+    def timed(*args, **kwargs):
+        clock.advance(seconds)
+        return send(*args, **kwargs)
+    return timed
+
+
+def test_a_write_gives_up_at_the_window_with_the_last_answer_or_error(monkeypatch, clock):
+    """Default window (40 s), each request 1 s: attempts at 0, 1.5, 3.5, 6.5, 11.5, 20.5, 29.5 and 38.5 s; a
+    ninth would start after 39.5 + 8 s, past the window, so the eighth answer is the result."""
+    monkeypatch.delenv(client.RETRY_SECONDS_ENV, raising=False)
+    schedule = [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
     send, calls = scripted_send([Resp(503)] * 100)
-    assert client.retry_write(send, "DELETE", "https://h/x").status == 503
-    assert 1 < len(calls) < 100
+    started = clock.now
+    assert client.retry_write(slow(send, clock, 1.0), "DELETE", "https://h/x").status == 503
+    assert len(calls) == 8 and clock.sleeps == schedule
+    assert clock.now - started == 39.5
+    clock.sleeps[:] = []
     send, calls = scripted_send([ProtocolError("reset")] * 100)
     with pytest.raises(ProtocolError):
-        client.retry_write(send, "PATCH", "https://h/x")
+        client.retry_write(slow(send, clock, 1.0), "PATCH", "https://h/x")
+    assert len(calls) == 8 and clock.sleeps == schedule
 
 
-def test_client_errors_are_not_retried(monkeypatch):
+def test_a_server_retry_after_past_the_window_ends_the_write_with_that_answer(monkeypatch, clock):
+    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "5")
+    send, calls = scripted_send([Resp(503), Resp(429, {"Retry-After": "30"})])
+    assert client.retry_write(send, "PATCH", "https://h/x").status == 429
+    assert len(calls) == 2 and clock.sleeps == [0.5]
+
+
+def test_client_errors_are_not_retried(monkeypatch, clock):
     monkeypatch.setenv(client.RETRY_SECONDS_ENV, "5")
     for status in (400, 403, 404, 409, 422):
         send, calls = scripted_send([Resp(status)])
         assert client.retry_write(send, "PATCH", "https://h/x").status == status and len(calls) == 1
+    assert clock.sleeps == []
 
 
 # -- watches over a fault-injecting transport -------------------------------------------------------------------
@@ -239,12 +294,12 @@ def is_done(_event_type, obj):
     return ((obj.get("metadata") or {}).get("labels") or {}).get("step") == "done"
 
 
-def test_a_dropped_watch_is_re_listed_and_resumed(ops):
+def test_a_dropped_watch_is_re_listed_and_resumed(ops, clock):
     reset = ProtocolError("Connection broken", ConnectionResetError(104, "Connection reset by peer"))
     transport = Transport([WatchResp([{"type": "MODIFIED", "object": node(11)}], fault=reset),
                            WatchResp([{"type": "MODIFIED", "object": node(21, "done")}])],
                           ListResp([node(20)], 20))
-    found = ops.watch(transport, time.monotonic() + 5, is_done, node(10))
+    found = ops.watch(transport, clock.monotonic() + 5, is_done, node(10))
     assert found["metadata"]["resourceVersion"] == "21"
     watches = [r for r in transport.requests if r.get("watch")]
     lists = [r for r in transport.requests if not r.get("watch")]
@@ -253,52 +308,60 @@ def test_a_dropped_watch_is_re_listed_and_resumed(ops):
     # Every request bounds the read: server-side timeoutSeconds and a client read timeout a little longer.
     assert all(w["timeout_seconds"] <= 7 and w["_request_timeout"][1] == 10 for w in watches)
     assert ops.watch_errors and "ProtocolError" in ops.watch_errors[0]
+    assert clock.sleeps == [api.WATCH_MIN_REOPEN_INTERVAL]  # backoff(1) is shorter than the re-open interval
 
 
-def test_a_stalled_watch_times_out_and_the_change_is_found_by_the_re_list(ops):
+def test_a_stalled_watch_times_out_and_the_change_is_found_by_the_re_list(ops, clock):
     stall = ReadTimeoutError(None, "/api/v1/nodes", "Read timed out. (read timeout=10)")
     transport = Transport([WatchResp([], fault=stall)], ListResp([node(30, "done")], 30))
-    found = ops.watch(transport, time.monotonic() + 5, is_done, node(10))
+    found = ops.watch(transport, clock.monotonic() + 5, is_done, node(10))
     assert found["metadata"]["resourceVersion"] == "30"
+    assert clock.sleeps == [1.0] and [bool(r.get("watch")) for r in transport.requests] == [True, False]
 
 
-def test_gone_410_re_lists_without_counting_as_a_failure(ops):
+def test_gone_410_re_lists_without_counting_as_a_failure(ops, clock):
     gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}}
     transport = Transport([WatchResp([gone]), WatchResp([{"type": "MODIFIED", "object": node(41, "done")}])],
                           ListResp([node(40)], 40))
-    assert ops.watch(transport, time.monotonic() + 5, is_done, node(10))["metadata"]["resourceVersion"] == "41"
+    assert ops.watch(transport, clock.monotonic() + 5, is_done, node(10))["metadata"]["resourceVersion"] == "41"
     assert not ops.watch_errors
+    assert clock.sleeps == [api.WATCH_MIN_REOPEN_INTERVAL]  # no backoff: 410 is not a failure
 
 
-def test_an_unreachable_server_is_retried_until_it_answers(ops):
+def test_an_unreachable_server_is_retried_until_it_answers(ops, clock):
     refused = urllib3.exceptions.MaxRetryError(None, "/api/v1/nodes", ConnectionRefusedError(111, "Connection refused"))
     unavailable = ApiException(status=503, reason="Service Unavailable")
     transport = Transport([refused, unavailable, refused, WatchResp([{"type": "MODIFIED", "object": node(51, "done")}])],
                           ListResp([node(50)], 50))
-    assert ops.watch(transport, time.monotonic() + 5, is_done, node(10))["metadata"]["resourceVersion"] == "51"
+    assert ops.watch(transport, clock.monotonic() + 5, is_done, node(10))["metadata"]["resourceVersion"] == "51"
     assert len(ops.watch_errors) == 3
+    # max(re-open interval, backoff(failures in a row)): 1, max(1, 1), max(1, 2).
+    assert clock.sleeps == [1.0, 1.0, 2.0]
 
 
-def test_at_the_deadline_the_connection_error_is_raised_not_a_timeout(ops):
+def test_at_the_deadline_the_connection_error_is_raised_not_a_timeout(ops, clock):
     refused = urllib3.exceptions.MaxRetryError(None, "/api/v1/nodes", ConnectionRefusedError(111, "Connection refused"))
     transport = Transport([refused] * 1000, ListResp([node(50)], 50))
     with pytest.raises(urllib3.exceptions.MaxRetryError):
-        ops.watch(transport, time.monotonic() + 0.5, is_done, node(10))
+        ops.watch(transport, clock.monotonic() + 0.5, is_done, node(10))
+    # One attempt, then the pause is cut at the deadline; the second error ends the wait.
+    assert clock.sleeps == [0.5] and len(transport.requests) == 1
 
 
-def test_a_quiet_healthy_watch_still_ends_in_deadline_exceeded(ops):
+def test_a_quiet_healthy_watch_still_ends_in_deadline_exceeded(ops, clock):
     transport = Transport([], ListResp([], 1))
     with pytest.raises(DeadlineExceeded):
-        ops.watch(transport, time.monotonic() + 0.3, is_done, node(10))
+        ops.watch(transport, clock.monotonic() + 0.25, is_done, node(10))
+    assert clock.sleeps == [0.25] and len(transport.requests) == 1 and transport.requests[0]["timeout_seconds"] == 1
 
 
-def test_other_api_errors_are_not_swallowed(ops):
+def test_other_api_errors_are_not_swallowed(ops, clock):
     transport = Transport([ApiException(status=403, reason="Forbidden")], ListResp([], 1))
     with pytest.raises(ApiException):
-        ops.watch(transport, time.monotonic() + 5, is_done, node(10))
+        ops.watch(transport, clock.monotonic() + 5, is_done, node(10))
 
 
-def test_relisted_sees_objects_deleted_while_the_watch_was_down(ops):
+def test_relisted_sees_objects_deleted_while_the_watch_was_down(ops, clock):
     """drain.wait_gone's case: a pod deleted during the outage has no DELETED event; the re-list shows it gone."""
     waiting = {"p1", "p2"}
 
@@ -315,17 +378,72 @@ def test_relisted_sees_objects_deleted_while_the_watch_was_down(ops):
     reset = ProtocolError("Connection broken", ConnectionResetError(104, "reset"))
     pod = {"metadata": {"name": "p1", "resourceVersion": "5"}}
     transport = Transport([WatchResp([{"type": "DELETED", "object": pod}], fault=reset)], ListResp([], 60))
-    ops.watch(transport, time.monotonic() + 5, done, node(1), relisted=relisted)
+    ops.watch(transport, clock.monotonic() + 5, done, node(1), relisted=relisted)
     assert not waiting
 
 
-def test_forbidden_right_after_an_outage_is_retried_and_otherwise_not(monkeypatch):
-    """A kube-apiserver that has just restarted answers 403 until its RBAC cache has synced (seen in the testbed)."""
+def test_forbidden_is_retried_only_while_the_server_says_it_is_not_ready(monkeypatch, clock):
+    """A kube-apiserver that has just (re)started answers 403 to a ServiceAccount until its RBAC informers have
+    synced, while its /readyz answers 500 (measured in the testbed, docs/reliability.md)."""
     monkeypatch.setenv(client.RETRY_SECONDS_ENV, "5")
-    monkeypatch.setitem(client._REACHABILITY, "failed", None)
-    send, calls = scripted_send([Resp(403), Resp(200)])
-    assert client.retry_after_restart(send, "GET", "https://h/api/v1/nodes").status == 403 and len(calls) == 1
-    client.note_unreachable()
+    readiness = []
+
+    def not_ready():
+        readiness.append(True)
+        return len(readiness) <= 2  # /readyz: 500, 500, then ok
+
     send, calls = scripted_send([Resp(403), Resp(401), Resp(200)])
-    assert client.retry_after_restart(send, "GET", "https://h/api/v1/nodes").status == 200 and len(calls) == 3
-    monkeypatch.setitem(client._REACHABILITY, "failed", None)
+    assert client.retry_while_not_ready(send, not_ready, "GET", "https://h/api/v1/nodes").status == 200
+    assert len(calls) == 3 and clock.sleeps == [0.5, 1.0] and len(readiness) == 2
+    # A ready server's 403 is the answer at once (one look at /readyz, no wait).
+    send, calls = scripted_send([Resp(403), Resp(200)])
+    assert client.retry_while_not_ready(send, lambda: False, "PATCH", "https://h/api/v1/nodes/n").status == 403
+    assert len(calls) == 1 and clock.sleeps == [0.5, 1.0]
+    # Never ready: retried for STARTING_SECONDS (longer than this window: a start-up is an outage in progress):
+    # 0.5 + 1 + 2 + 4 + 8 * 14 = 119.5 s; + 8 s is past 120 s. Then the 403.
+    clock.sleeps[:] = []
+    send, calls = scripted_send([Resp(403)] * 100)
+    assert client.retry_while_not_ready(send, lambda: True, "GET", "https://h/api/v1/nodes").status == 403
+    assert clock.sleeps == [0.5, 1.0, 2.0, 4.0] + [8.0] * 14 and len(calls) == 19
+    # A longer retry window is the bound then.
+    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "200")
+    clock.sleeps[:] = []
+    send, calls = scripted_send([Resp(403)] * 100)
+    assert client.retry_while_not_ready(send, lambda: True, "GET", "https://h/api/v1/nodes").status == 403
+    assert sum(clock.sleeps) == 199.5 and len(calls) == 29
+
+
+def test_forbidden_raised_by_an_older_client_is_retried_the_same_way(monkeypatch, clock):
+    """kubernetes < 37: the client's request raises ApiException for a non-2xx status."""
+    monkeypatch.setenv(client.RETRY_SECONDS_ENV, "5")
+    send, calls = scripted_send([ApiException(status=403, reason="Forbidden"), Resp(200)])
+    assert client.retry_while_not_ready(send, lambda: True, "GET", "https://h/api/v1/nodes").status == 200
+    assert len(calls) == 2 and clock.sleeps == [0.5]
+    send, calls = scripted_send([ApiException(status=403, reason="Forbidden"), Resp(200)])
+    with pytest.raises(ApiException):
+        client.retry_while_not_ready(send, lambda: False, "GET", "https://h/api/v1/nodes")
+    send, calls = scripted_send([ApiException(status=404, reason="Not Found")])
+    with pytest.raises(ApiException):
+        client.retry_while_not_ready(send, lambda: True, "GET", "https://h/api/v1/nodes/x")
+    assert len(calls) == 1 and clock.sleeps == [0.5]
+
+
+@pytest.mark.parametrize("status,not_ready", [(500, True), (503, True), (200, False), (404, False), (403, False)])
+def test_server_not_ready_asks_readyz_once_with_the_requests_credentials(server, status, not_ready):
+    Scripted.answers = [(status, {})]
+    pool = urllib3.PoolManager(retries=client.retry_policy())
+    headers = {"Authorization": "Bearer t", "Content-Type": "application/json"}
+    assert client.server_not_ready(pool, server + "/api/v1/nodes?limit=1", headers) is not_ready
+    assert Scripted.seen == ["GET"] and Scripted.paths == ["/readyz"] and Scripted.auth == ["Bearer t"]
+
+
+def test_server_not_ready_without_an_answer_is_no_evidence():
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))  # bound, never listening: refused
+    try:
+        assert client.server_not_ready(urllib3.PoolManager(), "http://127.0.0.1:%d/api/v1/nodes" % sock.getsockname()[1]) \
+            is False
+    finally:
+        sock.close()

@@ -121,3 +121,44 @@ def test_a_replacement_not_yet_refused_is_waited_for_until_it_runs():
     ops = WatchOps([waiting], events=[pod("web-b", "b", RS, "n2", created="2026-01-01T00:01:00Z")])
     result = follow.follow(ops, [follow.eviction("n1", old)], set(["a"]), timeout=600)
     assert result["n1"]["returned_on"] == {"n2": 1} and ops.deadlines[0] > 500
+
+
+class DownOps(object):
+    """KubeOps whose pod list (or, with ``listing``, whose watch) fails as the API server does when it is gone."""
+
+    def __init__(self, exc, listing=None):
+        self.exc = exc
+        self.listing = listing
+
+    def lister(self, _path):
+        return None
+
+    def list_pods_in_namespace(self, _namespace):
+        if self.listing is None:
+            raise self.exc
+        return self.listing
+
+    def watch(self, *_args, **_kwargs):
+        raise self.exc
+
+
+def test_an_api_server_gone_while_following_ends_the_follow_with_what_is_known_not_the_rollout():
+    """The rollout's rows were lost when the API server was down past a node's deadline: the follow after the last
+    node raised the connection error out of mig_rollout (found by test_control_plane_restart.py)."""
+    import urllib3
+
+    refused = urllib3.exceptions.MaxRetryError(None, "/api/v1/namespaces/w/pods", ConnectionRefusedError(111, "Connection refused"))
+    evictions = [follow.eviction("n1", pod("web-a", "a", RS, "n1")), follow.eviction("n1", pod("bare", "x", None, "n1"))]
+    result = follow.follow(DownOps(refused), evictions, set(["a", "x"]), 5)
+    assert result["n1"]["evicted"] == 2 and result["n1"]["returned"] == 0
+    assert result["n1"]["not_back"] == [
+        {"pod": "w/web-a", "reason": "no replacement pod seen; not followed to the end: Kubernetes API server "
+                                     "unreachable ([Errno 111] Connection refused)"},
+        {"pod": "w/bare", "reason": "not recreated (no controller)"}]
+    # Listed, then the watch fails: the pending replacement keeps its reason, with the note.
+    waiting = pod("web-b", "b", RS, None, phase="Pending", created="2026-01-01T00:01:00Z")
+    result = follow.follow(DownOps(refused, {"items": [waiting], "metadata": {"resourceVersion": "1"}}),
+                           evictions[:1], set(["a"]), 5)
+    assert result["n1"]["pending"] == [{"pod": "w/web-b", "replaces": "w/web-a", "reason": (
+        "Pending, not scheduled yet; not followed to the end: Kubernetes API server unreachable "
+        "([Errno 111] Connection refused)")}]
