@@ -18,6 +18,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import gc
 import json
 import threading
 import time
@@ -81,7 +82,18 @@ def _decode(resp):
     data = resp.data
     if isinstance(data, bytes):
         data = data.decode("utf-8")
-    return json.loads(data) if data else {}
+    if not data:
+        return {}
+    # The cyclic garbage collector would run over and over while json builds a list of thousands of objects (it
+    # cannot make cycles): paused, decoding 1000 nodes' pods takes a third of the time.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return json.loads(data)
+    finally:
+        if paused:
+            gc.enable()
 
 
 def labels_of(obj):

@@ -25,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core; managed hosts may lack it
     HAS_YAML = False
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.catalog import normalize_pci_device_id
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.catalog import normalize_pci_device_id, plain_copy
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import MigConfigError, ProfileNameError
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import parse_profile
 
@@ -122,7 +122,7 @@ def parse_config(data, source="<config>"):
             if len(_PARSED) >= _PARSED_MAX:
                 _PARSED.clear()
             _PARSED[data] = cached
-        return copy.deepcopy(cached)
+        return plain_copy(cached)
     return _parse_config(data, source)
 
 
