@@ -874,12 +874,14 @@ duration_s:
   type: float
 """
 
+import functools
 import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, RequestCounter
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import CONNECTION_ERRORS, KubeModule, connection_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, capacity, ordering, progress, rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.cluster_view import ClusterView
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
     LeaseRenewer,
     LockHeld,
@@ -910,10 +912,12 @@ def order_note(choice, canary):
     return ordering.order_note(choice, canary) if choice else None
 
 
-def room_check(ops, planned):
-    """Before a node starts: the shortage lines (every pod named) of its pods to evict, counted on the cluster now."""
-    return [capacity.shortage_text(s, limit=None) for s in capacity.shortages(
-        [planned], ops.list_nodes().get("items") or [], ops.list_pods().get("items") or [])]
+def room_check(ops, planned, view=None):
+    """Before a node starts: the shortage lines (every pod named) of its pods to evict, counted on the cluster now:
+    from ``view`` (a ClusterView kept current by its watches) while it runs, else from a fresh list."""
+    seen = view.snapshot() if view is not None else None
+    nodes, pods = seen if seen is not None else (ops.list_nodes().get("items") or [], ops.list_pods().get("items") or [])
+    return [capacity.shortage_text(s, limit=None) for s in capacity.shortages([planned], nodes, pods)]
 
 
 def refusal(config, nodes, stranded):
@@ -991,6 +995,11 @@ def roll(module):
                                  stranded=stranded, capacity_warnings=[capacity.shortage_text(s) for s in stranded],
                                  rows=rows, summary_table=rollout.summary_table(rows), failed_nodes=to_change,
                                  held_nodes=[], api_requests=dict(total=counter.total, by_verb=counter.by_verb))
+        room = None
+        if params["phase"] == "apply" and not params["allow_unschedulable"]:
+            # One list and one watch of nodes and of pods for the whole call, not two cluster-wide lists per node.
+            view = ClusterView(ops_factory).start()
+            room = functools.partial(room_check, view=view)
         if params["progress_file"] or params["events"]:
             tracker = progress.Progress(params["progress_file"], ops_factory() if params["events"] else None,
                                         config=params["config"])
@@ -1016,7 +1025,7 @@ def roll(module):
             else:
                 rows, plans = rollout.run_rollout(ctx, nodes, params["config"], hardware,
                                                   window=window, hold_cordon=params["hold_cordon"],
-                                                  room_check=None if params["allow_unschedulable"] else room_check,
+                                                  room_check=room,
                                                   follow_timeout=params["follow_timeout"])
         finally:
             if tracker is not None:

@@ -127,9 +127,8 @@ def test_uncordon_and_the_marker_go_in_one_patch_and_the_marker_alone_when_nothi
     marker = {"metadata": {"annotations": {"gpufleet.io/mig-target-config": None}}}
     drainer = drain.NodeDrainer(ops, "n1")
     assert drainer.uncordon(node(True, prior="false"), marker) == (True, "uncordoned")
-    assert ops.patches == [("n1", {"metadata": {"annotations": {"gpufleet.io/mig-target-config": None,
-                                                                 drain.PRIOR_UNSCHEDULABLE_ANNOTATION: None}},
-                                   "spec": {"unschedulable": None}})]
+    cleared = {"gpufleet.io/mig-target-config": None, drain.PRIOR_UNSCHEDULABLE_ANNOTATION: None}
+    assert ops.patches == [("n1", {"metadata": {"annotations": cleared}, "spec": {"unschedulable": None}})]
     assert drainer.uncordon(node(True, prior="true"), marker) == (True, "left-cordoned")
     assert "spec" not in ops.patches[-1][1]  # an admin's cordon stays
     assert drainer.uncordon(node(True), marker) == (False, "no-record")
