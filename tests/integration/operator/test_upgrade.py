@@ -18,7 +18,9 @@ from tests.testbed.gpusim import hoststate
 
 # v26.7.0's chart enables dcgm-exporter's ServiceMonitor by default (v25.3.4's did not); the testbed has no
 # Prometheus Operator CRDs, and without them the controller keeps ClusterPolicy notReady (state-dcgm-exporter).
-UPGRADE = {"gpu_operator_chart_ref": str(CHART_V26),
+# An upgrade re-rolls every operand DaemonSet, so the ClusterPolicy takes longer to be ready again than after the
+# sandbox's install (120 s there): a loaded CI machine took over 120 s once. The role's own default is 900 s.
+UPGRADE = {"gpu_operator_chart_ref": str(CHART_V26), "gpu_operator_wait_timeout": 360,
            "gpu_operator_extra_values": {"nfd": {"enabled": False}, "dcgmExporter": {"serviceMonitor": {"enabled": False}}}}
 GPU_NODES = ("op-a100", "op-h100", "op-h200")
 MIG_LABELS = ("nvidia.com/mig.config", "nvidia.com/mig.config.state", "nvidia.com/mig.strategy")
