@@ -31,18 +31,11 @@ _value:
   type: dict
 """
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.gpu_operator.plugins.filter.gpu_node_hosts import gpu_node_hosts
 
 
 def gpu_node_names(hosts, hostvars):
-    host_of = {}
-    for host in hosts or []:
-        node = hostvars[host].get("gpu_node_name") or host
-        if node in host_of:
-            raise AnsibleFilterError("hosts %s and %s both name Kubernetes node %s (gpu_node_name)" % (
-                host_of[node], host, node))
-        host_of[node] = host
-    return host_of
+    return gpu_node_hosts(hosts, hostvars)["host_of"]  # the one pass over the hosts, kept in one place
 
 
 class FilterModule(object):
