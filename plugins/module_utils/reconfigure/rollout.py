@@ -589,7 +589,7 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
                 return report_row(ctx, row), planned
         plan_s = time.monotonic() - started
         row = reconfigure_node(ctx, name, target, planned, hold_cordon=hold_cordon, ops=local.ops,
-                               drain_plan=drain_plan)  # the room check reads a watched view: the plan is still fresh
+                               drain_plan=None if room_check is not None else drain_plan)
         # Outside drain + apply + verify: the fresh plan before, and giving the node back after.
         row["overhead_s"] = {"plan": round(plan_s, 3), "around_steps": round(
             row.get("duration_s", 0.0) - sum(row.get("timings", {}).values()), 3)}
