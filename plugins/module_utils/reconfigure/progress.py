@@ -64,6 +64,14 @@ def event_body(node_name, node_uid, reason, event_type, message, moment):
     }
 
 
+def start_daemon(target, name):
+    """A thread that dies with the module's process (a killed run must not leave it going)."""
+    thread = threading.Thread(target=target, name=name)
+    thread.daemon = True
+    thread.start()
+    return thread
+
+
 class Progress(object):
     """Thread-safe: every worker thread of a rollout reports here.
 
@@ -111,9 +119,7 @@ class Progress(object):
                 reason, event_type = EVENT_REASONS[step]
                 self.event_queue.append((node_name, reason, event_type, message or step, utc_now()))
                 if self.event_thread is None:
-                    self.event_thread = threading.Thread(target=self._post_events, name="gpufleet-events")
-                    self.event_thread.daemon = True
-                    self.event_thread.start()
+                    self.event_thread = start_daemon(self._post_events, "gpufleet-events")
                 self.event_wake.notify_all()
 
     def write_soon(self):
@@ -123,9 +129,7 @@ class Progress(object):
             return
         self.dirty = True
         if self.writer is None:
-            self.writer = threading.Thread(target=self._write_later, name="gpufleet-progress")
-            self.writer.daemon = True
-            self.writer.start()
+            self.writer = start_daemon(self._write_later, "gpufleet-progress")
         self.event_wake.notify_all()
 
     def _write_later(self):
