@@ -107,10 +107,12 @@ class Agents:
         self.mtimes = {}
         self.thread = None
         self.exporters = {}    # node -> metrics.Exporter
+        self.metrics_server = None  # every node's dcgm-exporter endpoint (started by start())
         self.logs_crd = None  # whether kwok serves Logs objects (unknown until tried)
         self.gfd_binary = gfd_binary  # NVIDIA's GFD: its labels win over the re-implementation
         self.nvml_lib_dir = nvml_lib_dir
         self.gfd_runs = {}  # node -> (inputs, labels) of its last GFD run
+        self.host_reads = {}  # node -> (state file version, hardware.Host): NVML is read again only after a change
         self.lag = LagStats(self.hosts_dir / LAG_STATS_FILE)
         self.pool = concurrent.futures.ThreadPoolExecutor(RECONCILE_THREADS, thread_name_prefix="reconcile")
 
@@ -145,6 +147,7 @@ class Agents:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self):
         self.hosts_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_server = metrics.MetricsServer()
         self.cache.start()
         self.thread = threading.Thread(target=self._reconcile_loop, daemon=True, name="reconcile")
         self.thread.start()
@@ -205,6 +208,7 @@ class Agents:
         node = self.cache.nodes.get(name)
         if node is None:
             self.advertised.pop(name, None)
+            self.host_reads.pop(name, None)
             if name in self.exporters:
                 self.exporters.pop(name).stop()
             return
@@ -213,7 +217,7 @@ class Agents:
             return
         self.sync_sim_faults(node, path)
         self.sync_kubelet(name, node)
-        host = hardware.read_host(path)
+        host = self.read_host(name, path)
         labels = dict(node["metadata"].get("labels") or {})
         patch = {}
         config = self.plugin_config(name, labels)
@@ -232,6 +236,19 @@ class Agents:
         self.device_plugin(name, node, host, shared)
         self.dcgm_exporter(name, node, path)
         self.mig_manager(name, labels)
+
+    def read_host(self, name, path):
+        """The node's simulated hardware, read through NVML again only when its state file is a new version (both
+        writers, the simulated NVML and hoststate, rename a new file into place). One NVML session at a time
+        serves every node, so re-reading unchanged hardware on each of a node's events held the others up."""
+        stat = os.stat(path)
+        version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        last = self.host_reads.get(name)
+        if last and last[0] == version:
+            return last[1]
+        host = hardware.read_host(path)
+        self.host_reads[name] = (version, host)
+        return host
 
     def plugin_config(self, node, labels):
         """The device-plugin config this node uses: ClusterPolicy spec.devicePlugin.config.name ConfigMap, the key
@@ -313,7 +330,8 @@ class Agents:
         running = self.cache.running_pod(name, self.namespace, "nvidia-dcgm-exporter") is not None
         exporter = self.exporters.get(name)
         if running and exporter is None:
-            exporter = self.exporters[name] = metrics.Exporter(name, path, self.hosts_dir / ("%s.metrics.json" % name))
+            exporter = self.exporters[name] = self.metrics_server.start(name, path,
+                                                                         self.hosts_dir / ("%s.metrics.json" % name))
         elif not running and exporter is not None:
             self.exporters.pop(name).stop()  # a new exporter pod gets a new endpoint
             exporter = None

@@ -1,5 +1,6 @@
 """Kubernetes plumbing for the agents: client, list+watch loops into a shared cache, small helpers."""
 
+import json
 import logging
 import threading
 import time
@@ -67,9 +68,6 @@ class Cache:
         self.stopping = threading.Event()
         self.threads = []
 
-    def as_dict(self, obj):
-        return obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
-
     # -- watches -------------------------------------------------------------------------
     def start(self):
         for name, fn, handler in (
@@ -86,23 +84,41 @@ class Cache:
         return self.custom.list_cluster_custom_object(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, **kwargs)
 
     def _watch_forever(self, name, list_fn, handler):
+        """List once, then watch from the last resourceVersion seen; list again only when the watch cannot resume.
+
+        Plain JSON, not the client's models: building pydantic models for every pod event was the agents' largest
+        cost at 1000 nodes. A watch that ends (timeout_seconds) resumes where it was: a re-list of every pod
+        marks every node dirty, which made each node reconcile again and again at 1000 nodes (issue 19).
+        """
+        version = None
         while not self.stopping.is_set():
             try:
-                listed = self.as_dict(list_fn())
-                with self.cond:
-                    handler("SYNC", listed["items"])
-                    self.synced[name] = True
-                    self.cond.notify_all()
+                if version is None:
+                    listed = json.loads(list_fn(_preload_content=False).data)
+                    with self.cond:
+                        handler("SYNC", listed["items"])
+                        self.synced[name] = True
+                        self.cond.notify_all()
+                    version = listed["metadata"]["resourceVersion"]
                 stream = watch.Watch()
-                for event in stream.stream(list_fn, resource_version=listed["metadata"]["resourceVersion"],
-                                           timeout_seconds=50):
+                for event in stream.stream(list_fn, resource_version=version, timeout_seconds=300,
+                                           allow_watch_bookmarks=True, deserialize=False):
                     if self.stopping.is_set():
                         stream.stop()
                         return
+                    kind, obj = event["type"], event["object"]
+                    if kind == "ERROR":  # e.g. 410 Gone: the history expired; list again
+                        LOG.info("watch %s: %s", name, obj.get("message"))
+                        version = None
+                        break
+                    version = obj["metadata"]["resourceVersion"]
+                    if kind == "BOOKMARK":
+                        continue
                     with self.cond:
-                        handler(event["type"], self.as_dict(event["object"]))
+                        handler(kind, obj)
                         self.cond.notify_all()
             except ApiException as err:
+                version = None
                 if err.status == 404 and name == "policy":
                     with self.cond:  # no ClusterPolicy CRD (chart not installed): nothing to play yet
                         if self.policy is not None or not self.synced[name]:
@@ -113,6 +129,7 @@ class Cache:
                     LOG.warning("watch %s: %s", name, err.reason)
                 self.stopping.wait(1)  # CRD not installed yet, or history expired: list again
             except Exception as err:  # pylint: disable=broad-except  # keep watching through API restarts
+                version = None
                 LOG.warning("watch %s: %s", name, err)
                 self.stopping.wait(1)
 

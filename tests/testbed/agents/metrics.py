@@ -67,15 +67,24 @@ def render(node, summary, values):
     return "\n".join(lines) + "\n"
 
 
-class Exporter:
-    """One HTTP server on 127.0.0.1:<free port> for one node; started/stopped with its exporter pod."""
+class MetricsServer:
+    """One HTTP server on 127.0.0.1:<free port> for every node's exporter, each under its own path.
 
-    def __init__(self, node, state_file, values_file):
-        exporter = self
+    One server thread, not one per node: a thread per node polling for shutdown twice a second kept the GIL busy
+    at 1000 nodes, and the agents fell behind the cluster (issue 19).
+    """
+
+    def __init__(self):
+        server = self
+        self.routes = {}  # "/<node>/<generation>/metrics" -> Exporter
+        self.lock = threading.Lock()
+        self.generation = 0
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802  # http.server's hook name
-                if self.path.split("?")[0] != "/metrics":
+                with server.lock:
+                    exporter = server.routes.get(self.path.split("?")[0])
+                if exporter is None:
                     self.send_error(404)
                     return
                 body = exporter.scrape().encode()
@@ -88,14 +97,36 @@ class Exporter:
             def log_message(self, *args):  # pylint: disable=arguments-differ  # quiet
                 return
 
-        self.node, self.state_file, self.values_file = node, state_file, values_file
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name="metrics-" + node)
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http.daemon_threads = True
+        # poll_interval: how often serve_forever looks for shutdown(); the agents stop it only at exit.
+        self.thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 30.0}, daemon=True,
+                                       name="metrics")
         self.thread.start()
+
+    def start(self, node, state_file, values_file):
+        """A new exporter for `node` (a new exporter pod), under a path of its own: a new endpoint URL."""
+        with self.lock:
+            self.generation += 1
+            path = "/%s/%d/metrics" % (node, self.generation)
+            exporter = self.routes[path] = Exporter(self, path, node, state_file, values_file)
+        return exporter
+
+    def stop(self, exporter):
+        with self.lock:
+            self.routes.pop(exporter.path, None)
+
+
+class Exporter:
+    """One node's dcgm-exporter endpoint on the shared MetricsServer; started/stopped with its exporter pod."""
+
+    def __init__(self, server, path, node, state_file, values_file):
+        self.server, self.path = server, path
+        self.node, self.state_file, self.values_file = node, state_file, values_file
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d/metrics" % self.server.server_address[1]
+        return "http://127.0.0.1:%d%s" % (self.server.http.server_address[1], self.path)
 
     def scrape(self):
         try:
@@ -105,5 +136,4 @@ class Exporter:
         return render(self.node, hoststate.summary(self.state_file), values)
 
     def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop(self)

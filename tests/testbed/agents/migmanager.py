@@ -128,7 +128,9 @@ class MigManager:
 
     def _loop(self):
         while not self.cache.stopping.is_set():
-            self.wake.wait(1.0)
+            # A long wait: one thread per node waking every second kept the GIL busy at 1000 nodes (the process
+            # exits with its daemon threads; a label change sets `wake`).
+            self.wake.wait(60.0)
             if not self.wake.is_set():
                 continue
             self.wake.clear()

@@ -1,5 +1,8 @@
 """KubeOps turns the typed client's keyword arguments (as kubernetes.watch.Watch passes them) into API query names."""
 
+import json
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import api
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import query_params
 
 
@@ -17,3 +20,32 @@ def test_unset_values_are_left_out_and_false_is_spelled_for_the_api():
 
 def test_unknown_names_pass_through():
     assert query_params({"limit": 5}) == [("limit", 5)]
+
+
+class _Response(object):
+    def __init__(self, body):
+        self.data = json.dumps(body).encode()
+
+
+def test_cluster_pod_list_is_read_in_pages_without_managed_fields(monkeypatch):
+    """Three pages joined into one list with the first page's resourceVersion; the pages' continue tokens are
+    passed on; managedFields is dropped from every pod; one counted list request per page."""
+    pods = [{"metadata": {"name": "p%d" % i, "managedFields": [{"manager": "kubelet"}]}} for i in range(5)]
+    pages = [({"resourceVersion": "7", "continue": "a", "remainingItemCount": 3}, pods[:2]),
+             ({"resourceVersion": "7", "continue": "b"}, pods[2:4]), ({"resourceVersion": "7"}, pods[4:])]
+    seen = []
+
+    def request(method, path, query=None, **kwargs):
+        seen.append((method, path, dict(query)))
+        meta, items = pages[len(seen) - 1]
+        return _Response({"kind": "PodList", "metadata": meta, "items": items})
+
+    ops = api.KubeOps.__new__(api.KubeOps)
+    ops.counter = api.RequestCounter()
+    monkeypatch.setattr(ops, "request", request)
+    monkeypatch.setattr(api, "LIST_PAGE_SIZE", 2)
+    listing = ops.list_pods()
+    assert [q for _m, _p, q in seen] == [{"limit": 2}, {"limit": 2, "continue": "a"}, {"limit": 2, "continue": "b"}]
+    assert listing["metadata"] == {"resourceVersion": "7"}
+    assert [p["metadata"] for p in listing["items"]] == [{"name": "p%d" % i} for i in range(5)]
+    assert ops.counter.by_verb == {"list": 3}
