@@ -135,7 +135,6 @@ from ansible import constants as C
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.module_utils.parsing.convert_bool import BOOLEANS
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
-from ansible.utils.unsafe_proxy import wrap_var
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
@@ -266,8 +265,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self.inventory.add_host(name, group=main_group)
             hostvars = dict((HOSTVAR_PREFIX + key, value) for key, value in summary.items())
             for key, value in hostvars.items():
-                # Cluster data is never a template, whatever a label holds (ansible-core < 2.19 trusts plain str).
-                self.inventory.set_variable(name, key, wrap_var(value))
+                # Cluster data is never a template, whatever a label holds: ansible-core 2.19 (meta/runtime.yml) trusts
+                # no string as a template unless tagged so, and json.loads tags nothing (wrap_var only copied it).
+                self.inventory.set_variable(name, key, value)
             for group in self._builtin_groups(summary):
                 self.inventory.add_child(self.inventory.add_group(group), name)
             self._set_composite_vars(self.get_option("compose"), hostvars, name, strict=strict)
