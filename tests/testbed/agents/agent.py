@@ -330,8 +330,8 @@ class Agents:
         running = self.cache.running_pod(name, self.namespace, "nvidia-dcgm-exporter") is not None
         exporter = self.exporters.get(name)
         if running and exporter is None:
-            exporter = self.exporters[name] = self.metrics_server.start(name, path,
-                                                                         self.hosts_dir / ("%s.metrics.json" % name))
+            values = self.hosts_dir / ("%s.metrics.json" % name)
+            exporter = self.exporters[name] = self.metrics_server.start(name, path, values)
         elif not running and exporter is not None:
             self.exporters.pop(name).stop()  # a new exporter pod gets a new endpoint
             exporter = None

@@ -112,7 +112,7 @@ class Cache:
                         stream.stop()
                         return
                     kind, obj = event["type"], event["object"]
-                    if kind == "ERROR":  # e.g. 410 Gone: the history expired; list again
+                    if kind == "ERROR":  # 410 Gone etc. (kubernetes 37 raises on these itself when not deserializing: below)
                         LOG.info("watch %s: %s", name, obj.get("message"))
                         version = None
                         break
