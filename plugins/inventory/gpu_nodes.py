@@ -100,6 +100,20 @@ options:
       - Also add nodes without GPUs, in the group C(cpu_nodes) only.
     type: bool
     default: false
+  host_labels:
+    description:
+      - Which C(nvidia.com/*) node labels the host variable C(gpu_labels) holds.
+      - C(compact) leaves out what other host variables or the MIG profile already say - the per-profile geometry GFD
+        writes (C(nvidia.com/mig-<profile>.memory), C(.multiprocessors), C(.slices.*), C(.engines.*), and the
+        C(nvidia.com/gpu.*) forms of those under the single strategy) and C(nvidia.com/gpu.deploy.*) (in
+        C(gpu_deploy_labels)). Counts, products, replicas, sharing strategies and versions stay. On a mixed-strategy
+        node with three MIG profiles this is about half the labels, and half of C(ansible-inventory --list)'s time
+        at 1000 nodes.
+      - C(all) keeps every C(nvidia.com/*) label; C(none) leaves C(gpu_labels) out.
+    type: str
+    choices: [compact, all, none]
+    default: compact
+    version_added: 0.2.0
 requirements:
   - kubernetes >= 30.0.0 (Python client)
 """
@@ -126,10 +140,11 @@ cache_timeout: 300
 #   gpu_mig_config_state, gpu_mig_invalid, gpu_mig_devices ({profile: count}), gpu_replicas (time-slicing/MPS
 #   shares per device, 1 = not shared), gpu_sharing_strategy, gpu_product_shared (-SHARED), gpu_deploy_labels,
 #   gpu_deploy_paused (operands MIG Manager left paused), gpu_capacity, gpu_allocatable
-#   ({nvidia.com/gpu|mig-*: n}), gpu_ready, gpu_unschedulable, gpu_labels (all nvidia.com/* labels).
+#   ({nvidia.com/gpu|mig-*: n}), gpu_ready, gpu_unschedulable, gpu_labels (nvidia.com/* labels, see host_labels).
 """
 
 import os
+import re
 
 from ansible import constants as C
 from ansible.errors import AnsibleError, AnsibleParserError
@@ -153,6 +168,22 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module i
 )
 
 HOSTVAR_PREFIX = "gpu_"
+# Labels GFD derives from the MIG profile alone (the same on every node with that profile) or that gpu_deploy_labels
+# holds: what host_labels=compact leaves out. GFD's MIG labels per strategy: NVIDIA/k8s-device-plugin
+# docs/gpu-feature-discovery (mixed: mig-<profile>.<field>; single: gpu.<field>).
+GEOMETRY_LABEL = re.compile(r"^nvidia\.com/(?:mig-[^/]+?|gpu)\.(?:memory|multiprocessors|slices\.[a-z]+|engines\.[a-z]+)$"
+                            r"|^nvidia\.com/gpu\.deploy\.")
+# gpu.memory is the GPU's (or the single strategy's MIG device's) memory: gpu_memory_mb, kept in compact as the raw label.
+KEPT_IN_COMPACT = frozenset(["nvidia.com/gpu.memory"])
+
+
+def host_labels(labels, mode):
+    """The gpu_labels host variable for ``mode`` (the host_labels option); None leaves the variable out."""
+    if mode == "none":
+        return None
+    if mode == "all":
+        return labels
+    return dict((k, v) for k, v in (labels or {}).items() if k in KEPT_IN_COMPACT or not GEOMETRY_LABEL.match(k))
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
@@ -257,13 +288,17 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _populate(self, nodes):
         main_group = self.inventory.add_group(self.get_option("group"))
         strict = self.get_option("strict")
+        labels_mode = self.get_option("host_labels")
         for summary in nodes:
             name = summary["node_name"]
             if summary.get("cpu_only"):
                 self.inventory.add_host(name, group=self.inventory.add_group("cpu_nodes"))
                 continue
             self.inventory.add_host(name, group=main_group)
-            hostvars = dict((HOSTVAR_PREFIX + key, value) for key, value in summary.items())
+            hostvars = dict((HOSTVAR_PREFIX + key, value) for key, value in summary.items() if key != "labels")
+            labels = host_labels(summary.get("labels"), labels_mode)
+            if labels is not None:
+                hostvars[HOSTVAR_PREFIX + "labels"] = labels
             for key, value in hostvars.items():
                 # Cluster data is never a template, whatever a label holds: ansible-core 2.19 (meta/runtime.yml) trusts
                 # no string as a template unless tagged so, and json.loads tags nothing (wrap_var only copied it).

@@ -313,6 +313,7 @@ class Bench:
             "bound_s": round(bound, 1), "wall_over_bound": round(wall / bound, 3),
             "overhead_per_node_s": round((wall - bound) / len(names), 3),
             "module_window_over_bound": round(sum(b.get("duration_s") or 0 for b in batches) / bound, 3),
+            "beyond_bound": beyond_bound(wall, batches, max_unavailable, bound),
             "api_requests_per_node": round(figures["api_requests"]["total"] / float(len(names)), 1),
             "module_counted_requests_per_node": round(module_requests / float(len(names)), 1),
             # What the simulated MIG Manager added to the fixed apply time (its lag, and the label round trips).
@@ -389,6 +390,29 @@ def top_tasks(data, limit=8):
     return dict(sorted(out.items(), key=lambda kv: -kv[1])[:limit])
 
 
+def beyond_bound(wall, batches, max_unavailable, bound):
+    """Where wall - bound goes, in seconds (exact: the parts add up to it). A module call keeps min(window, its nodes)
+    slots for its duration; a slot is running a node's drain + apply + verify (the bound's work), or its fresh plan
+    and give-back (per-node overhead), or idle: no node left for it while the others finish (the last wave's
+    stragglers). Each part counts per slot (divided by the call's width). The steps themselves exceed the bound when a
+    call is narrower than max_unavailable (the canary runs alone) or the nodes do not divide into full waves."""
+    steps = per_node = idle = module_wall = 0.0
+    for call in batches:
+        rows = call["rows"]
+        width = float(max(1, min(max_unavailable, len(rows))))
+        busy_steps = sum(sum(r["timings"].values()) for r in rows)
+        busy_overhead = sum((r.get("overhead_s") or {}).get("plan", 0.0) + max(0.0, r.get("duration_s", 0.0) - sum(
+            r["timings"].values())) for r in rows)
+        duration = call.get("duration_s") or 0.0
+        module_wall += duration
+        steps += busy_steps / width
+        per_node += busy_overhead / width
+        idle += duration - (busy_steps + busy_overhead) / width
+    return {"per_node_overhead_s": round(per_node, 1), "idle_slots_s": round(idle, 1),
+            "narrow_calls_and_partial_waves_s": round(steps - bound, 1),
+            "playbook_outside_module_s": round(wall - module_wall, 1)}
+
+
 def batch_results(data):
     out = []
     for play in data["plays"]:
@@ -428,6 +452,13 @@ def markdown(result):
                      "drain %(drain_s).2f + apply %(apply_s).2f + verify %(verify_s).2f s" % f["step_parts_mean_s"], load(f)))
         rows.append(("%s: overhead per node" % label, "< 0.3 s", "%.3f s" % f["overhead_per_node_s"],
                      "module window %.3f x bound" % f["module_window_over_bound"], load(f)))
+        parts = f.get("beyond_bound")
+        if parts:
+            rows.append(("%s: wall - bound, by part" % label, "-", "%.1f s" % (f["wall_s"] - f["bound_s"]),
+                         "fresh plan + give-back %(per_node_overhead_s).1f s, idle slots (last wave) %(idle_slots_s).1f s, "
+                         "canary/partial waves %(narrow_calls_and_partial_waves_s).1f s, playbook outside the module "
+                         "%(playbook_outside_module_s).1f s" % parts,
+                         load(f)))
         rows.append(("%s: API requests per node (audit log)" % label, "<= 20, flat", "%.1f" % f["api_requests_per_node"],
                      ", ".join("%s %.1f" % (v, c / float(f["nodes"])) for v, c in sorted(f["api_requests"]["by_verb"].items())),
                      load(f)))

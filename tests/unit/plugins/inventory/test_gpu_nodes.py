@@ -75,3 +75,50 @@ def test_hosts_vars_and_groups_from_node_summaries(tmp_path):
     assert hostvars["gpu_model"] == "NVIDIA-H200" and hostvars["gpu_mig_config"] == "all-1g.18gb"
     assert hostvars["gpu_node_name"] == "h200-1" and str(hostvars["slices"]) == "28"
     assert not any(key.startswith("gpu_") for key in built["hostvars"]["cpu-1"])
+
+
+MIXED_LABELS = {
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "81559",
+    "nvidia.com/mig.strategy": "mixed", "nvidia.com/cuda.driver-version.full": "580.159.04",
+    "nvidia.com/mig-1g.10gb.count": "7", "nvidia.com/mig-1g.10gb.memory": "9984",
+    "nvidia.com/mig-1g.10gb.multiprocessors": "16", "nvidia.com/mig-1g.10gb.slices.gi": "1",
+    "nvidia.com/mig-1g.10gb.slices.ci": "1", "nvidia.com/mig-1g.10gb.engines.copy": "1",
+    "nvidia.com/mig-1g.10gb.engines.ofa": "0", "nvidia.com/mig-1g.10gb.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+    "nvidia.com/mig-1g.10gb.replicas": "1", "nvidia.com/mig-1g.10gb.sharing-strategy": "none",
+    "nvidia.com/gpu.deploy.mig-manager": "true"}
+
+
+def test_host_labels_compact_leaves_out_profile_geometry_and_deploy_labels(tmp_path):
+    summary = cluster_facts.node_summary(gpu_node("h100-1", MIXED_LABELS))
+    compact = populate(tmp_path, "plugin: gpufleet.gpu_operator.gpu_nodes\n", [summary])["hostvars"]["h100-1"]
+    kept = set(compact["gpu_labels"])
+    assert kept == {"nvidia.com/gpu.present", "nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory",
+                    "nvidia.com/mig.strategy", "nvidia.com/cuda.driver-version.full", "nvidia.com/mig-1g.10gb.count",
+                    "nvidia.com/mig-1g.10gb.product", "nvidia.com/mig-1g.10gb.replicas",
+                    "nvidia.com/mig-1g.10gb.sharing-strategy"}
+    assert compact["gpu_deploy_labels"] == {"mig-manager": "true"}  # the deploy labels are not lost, only not repeated
+    every = populate(tmp_path, "plugin: gpufleet.gpu_operator.gpu_nodes\nhost_labels: all\n", [summary])
+    assert every["hostvars"]["h100-1"]["gpu_labels"] == dict(MIXED_LABELS, **{"nvidia.com/gpu.present": "true"})
+    none = populate(tmp_path, "plugin: gpufleet.gpu_operator.gpu_nodes\nhost_labels: none\n", [summary])
+    assert "gpu_labels" not in none["hostvars"]["h100-1"] and none["hostvars"]["h100-1"]["gpu_count"] == 1
+
+
+def test_host_labels_compact_under_the_single_strategy():
+    from ansible_collections.gpufleet.gpu_operator.plugins.inventory.gpu_nodes import host_labels
+    labels = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "nvidia.com/gpu.count": "7",
+              "nvidia.com/gpu.memory": "4864", "nvidia.com/gpu.multiprocessors": "14", "nvidia.com/gpu.slices.gi": "1",
+              "nvidia.com/gpu.engines.decoder": "0", "nvidia.com/gpu.family": "ampere", "nvidia.com/mig.capable": "true"}
+    assert sorted(host_labels(labels, "compact")) == ["nvidia.com/gpu.count", "nvidia.com/gpu.family",
+                                                       "nvidia.com/gpu.memory", "nvidia.com/gpu.product",
+                                                       "nvidia.com/mig.capable"]
+    assert host_labels(labels, "all") is labels and host_labels(labels, "none") is None
+
+
+def test_host_labels_rejects_an_unknown_mode(tmp_path):
+    path = tmp_path / "gpu_nodes.yml"
+    path.write_text("plugin: gpufleet.gpu_operator.gpu_nodes\nhost_labels: most\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, ".collections"), ROOT]))
+    env.pop("ANSIBLE_CONFIG", None)
+    proc = subprocess.run([sys.executable, "-c", POPULATE, os.path.join(ROOT, ".collections"), str(path), "[]"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode != 0 and "host_labels" in proc.stderr and "most" in proc.stderr, proc.stderr
