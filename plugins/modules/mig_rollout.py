@@ -623,6 +623,14 @@ rows:
           description: Waiting until allocatable and GFD labels match the plan.
           returned: when the MIG step ran
           type: float
+    started_s:
+      description: When the node's slot took it (before its fresh plan), in seconds since the module started.
+      returned: phase=apply
+      type: float
+    finished_s:
+      description: When the node's slot was free again, in seconds since the module started.
+      returned: phase=apply
+      type: float
     overhead_s:
       description: Seconds outside the timed steps.
       returned: phase=apply
@@ -872,6 +880,34 @@ duration_s:
   description: Seconds the run took.
   returned: phase=apply or release, not check mode
   type: float
+timeline:
+  description:
+    - Where RV(duration_s) went, in seconds. A rollout's wall time beyond its nodes' steps is mostly here and in the
+      spread of RV(rows[].finished_s) of the last nodes.
+  returned: phase=apply, not check mode
+  type: dict
+  contains:
+    prepare_s:
+      description: From the module's start to the first node (the plan again, the capacity check, the cluster view,
+        the lock).
+      returned: always
+      type: float
+    pods_listed_s:
+      description: Listing the pods whose replacements are followed after the last node.
+      returned: when nodes ran
+      type: float
+    nodes_s:
+      description: From the first node taken to the last node done.
+      returned: when nodes ran
+      type: float
+    follow_s:
+      description: Following the evicted pods' replacements after the last node.
+      returned: when nodes ran
+      type: float
+    finish_s:
+      description: Posting the queued Events, renewing and releasing the lock.
+      returned: always
+      type: float
 """
 
 import functools
@@ -940,6 +976,7 @@ def roll(module):
         return KubeOps(module.new_api_client(), counter)
 
     started = time.monotonic()
+    timeline = {}
     tracker = None
     try:
         ctx = rollout.Context(ops_factory, dict((k, params[k]) for k in OPTION_KEYS))
@@ -1023,11 +1060,14 @@ def roll(module):
                     rows = rollout.release_all(ctx, held, params["config"], hardware)
                 plans = []
             else:
+                timeline["prepare_s"] = round(time.monotonic() - started, 3)
                 rows, plans = rollout.run_rollout(ctx, nodes, params["config"], hardware,
                                                   window=window, hold_cordon=params["hold_cordon"],
                                                   room_check=room,
-                                                  follow_timeout=params["follow_timeout"])
+                                                  follow_timeout=params["follow_timeout"],
+                                                  timeline=timeline, t0=started)
         finally:
+            mark = time.monotonic()
             if tracker is not None:
                 tracker.finish()  # the Events still queued are posted before the result is made
             if renewer is not None:
@@ -1039,6 +1079,7 @@ def roll(module):
                         lock_released = "not released: %s" % api_error_message(exc)
                     except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
                         lock_released = "not released: API server unreachable (%s)" % connection_reason(exc)
+            timeline["finish_s"] = round(time.monotonic() - mark, 3)
     except LockHeld as exc:
         module.fail_json(msg="nodes %s not started, nothing was changed: %s" % (", ".join(nodes), exc),
                          lock_holder=exc.lease.get("holder"), api_requests=dict(total=counter.total,
@@ -1055,7 +1096,7 @@ def roll(module):
         duration_s=round(time.monotonic() - started, 3),
     )
     if params["phase"] == "apply":
-        result.update(order=[r["node"] for r in rows], order_note=ordered.get("order_note"))
+        result.update(order=[r["node"] for r in rows], order_note=ordered.get("order_note"), timeline=timeline)
     if renewer is not None and renewer.error:
         result["lock_error"] = renewer.error
     if tracker is not None and tracker.events_ops is not None:

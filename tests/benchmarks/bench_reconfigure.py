@@ -392,25 +392,32 @@ def top_tasks(data, limit=8):
 
 def beyond_bound(wall, batches, max_unavailable, bound):
     """Where wall - bound goes, in seconds (exact: the parts add up to it). A module call keeps min(window, its nodes)
-    slots for its duration; a slot is running a node's drain + apply + verify (the bound's work), or its fresh plan
-    and give-back (per-node overhead), or idle: no node left for it while the others finish (the last wave's
-    stragglers). Each part counts per slot (divided by the call's width). The steps themselves exceed the bound when a
-    call is narrower than max_unavailable (the canary runs alone) or the nodes do not divide into full waves."""
-    steps = per_node = idle = module_wall = 0.0
+    slots; while its nodes run, a slot is running a node's drain + apply + verify (the bound's work), or its fresh
+    plan and give-back (per-node overhead), or idle: no node left for it while the others finish (the last wave's
+    stragglers). Before the first node and after the last (the module's timeline) every slot waits. Each part counts
+    per slot (divided by the call's width). The steps exceed the bound when a call is narrower than max_unavailable
+    (the canary runs alone) or the nodes do not divide into full waves."""
+    parts = dict.fromkeys(("per_node_overhead_s", "stragglers_s", "before_first_node_s", "after_last_node_s",
+                           "rest_of_module_s"), 0.0)
+    steps = module_wall = 0.0
     for call in batches:
         rows = call["rows"]
         width = float(max(1, min(max_unavailable, len(rows))))
-        busy_steps = sum(sum(r["timings"].values()) for r in rows)
-        busy_overhead = sum((r.get("overhead_s") or {}).get("plan", 0.0) + max(0.0, r.get("duration_s", 0.0) - sum(
-            r["timings"].values())) for r in rows)
+        timeline = call.get("timeline") or {}
         duration = call.get("duration_s") or 0.0
+        busy_steps = sum(sum(r["timings"].values()) for r in rows)
+        occupied = sum(r["finished_s"] - r["started_s"] for r in rows)
         module_wall += duration
         steps += busy_steps / width
-        per_node += busy_overhead / width
-        idle += duration - (busy_steps + busy_overhead) / width
-    return {"per_node_overhead_s": round(per_node, 1), "idle_slots_s": round(idle, 1),
-            "narrow_calls_and_partial_waves_s": round(steps - bound, 1),
-            "playbook_outside_module_s": round(wall - module_wall, 1)}
+        parts["per_node_overhead_s"] += (occupied - busy_steps) / width
+        parts["stragglers_s"] += timeline["nodes_s"] - occupied / width
+        parts["before_first_node_s"] += timeline["prepare_s"] + timeline["pods_listed_s"]
+        parts["after_last_node_s"] += timeline["follow_s"] + timeline["finish_s"]
+        parts["rest_of_module_s"] += duration - sum(timeline[k] for k in (
+            "prepare_s", "pods_listed_s", "nodes_s", "follow_s", "finish_s"))
+    parts["narrow_calls_and_partial_waves_s"] = steps - bound
+    parts["playbook_outside_module_s"] = wall - module_wall
+    return dict((k, round(v, 1)) for k, v in parts.items())
 
 
 def batch_results(data):
@@ -455,9 +462,10 @@ def markdown(result):
         parts = f.get("beyond_bound")
         if parts:
             rows.append(("%s: wall - bound, by part" % label, "-", "%.1f s" % (f["wall_s"] - f["bound_s"]),
-                         "fresh plan + give-back %(per_node_overhead_s).1f s, idle slots (last wave) %(idle_slots_s).1f s, "
-                         "canary/partial waves %(narrow_calls_and_partial_waves_s).1f s, playbook outside the module "
-                         "%(playbook_outside_module_s).1f s" % parts,
+                         "fresh plan + give-back %(per_node_overhead_s).1f s, last wave's stragglers %(stragglers_s).1f s, "
+                         "module before the first node %(before_first_node_s).1f s and after the last %(after_last_node_s).1f s "
+                         "(rest %(rest_of_module_s).1f s), canary/partial waves %(narrow_calls_and_partial_waves_s).1f s, "
+                         "playbook outside the module %(playbook_outside_module_s).1f s" % parts,
                          load(f)))
         rows.append(("%s: API requests per node (audit log)" % label, "<= 20, flat", "%.1f" % f["api_requests_per_node"],
                      ", ".join("%s %.1f" % (v, c / float(f["nodes"])) for v, c in sorted(f["api_requests"]["by_verb"].items())),

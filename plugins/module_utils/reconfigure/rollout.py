@@ -550,7 +550,7 @@ def not_started_row(node_name, message):
 
 
 def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hold_cordon=False, room_check=None,
-                follow_timeout=None):
+                follow_timeout=None, timeline=None, t0=None):
     """Reconfigure ``node_names`` in order, at most ``window`` at a time; once a node fails or its fresh plan
     is invalid, no further node starts (those in flight finish). Returns (rows, plans) in ``node_names`` order.
 
@@ -559,10 +559,16 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
 
     ``room_check(ops, planned)``, when given, is asked before each node starts (the cluster changes during a
     rollout) for the shortage lines of that node's pods to evict; a node with any is not started (its row says
-    why, nothing of it is touched) and the others go on, each checked in turn."""
+    why, nothing of it is touched) and the others go on, each checked in turn.
+
+    ``timeline`` (a dict), when given, gets the seconds of the parts of this call: ``pods_listed_s`` (the pod list
+    the follow compares with), ``nodes_s`` (first node started to last node done) and ``follow_s``. Each row gets
+    ``started_s`` / ``finished_s``: seconds since ``t0`` (time.monotonic(); default: this call's start)."""
     hardware_by_node = hardware_by_node or {}
     halted = []
     local = threading.local()
+    t0 = time.monotonic() if t0 is None else t0
+    timeline = {} if timeline is None else timeline
 
     def one(name):
         if halted:
@@ -597,21 +603,33 @@ def run_rollout(ctx, node_names, target, hardware_by_node=None, window=None, hol
             halted.append(name)
         return report_row(ctx, row), planned
 
+    def timed(name):
+        started = time.monotonic()
+        row, planned = one(name)
+        row.update(started_s=round(started - t0, 3), finished_s=round(time.monotonic() - t0, 3))
+        return row, planned
+
     if not node_names:
         return [], []
     # The pods there are before any eviction: a replacement is a pod of the same controller not among them.
+    mark = time.monotonic()
     known = None if follow_timeout is None else set(
         (p.get("metadata") or {}).get("uid") for p in ctx.ops.list_pods().get("items") or [])
+    timeline["pods_listed_s"] = round(time.monotonic() - mark, 3)
     workers = max(1, min(window or len(node_names), len(node_names)))
+    mark = time.monotonic()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        pairs = list(pool.map(one, node_names))
+        pairs = list(pool.map(timed, node_names))
+    timeline["nodes_s"] = round(time.monotonic() - mark, 3)
     rows = [row for row, plan in pairs]
     evictions = [e for row in rows for e in row.pop("_evictions", None) or []]
+    mark = time.monotonic()
     if known is not None and evictions:
         followed = follow.follow(ctx.ops, evictions, known, follow_timeout)
         for row in rows:
             if row["node"] in followed:
                 row["follow"] = followed[row["node"]]
+    timeline["follow_s"] = round(time.monotonic() - mark, 3)
     return rows, [plan for row, plan in pairs if not plan.get("not_started")]
 
 

@@ -49,6 +49,22 @@ def test_window_keeps_order_and_never_exceeds_max_unavailable(monkeypatch):
     assert seen["started"][:3] == names[:3]
 
 
+def test_rows_say_when_their_slot_took_them_and_the_timeline_adds_up(monkeypatch):
+    fake_node_steps(monkeypatch, seconds=0.2)
+    names = ["n%d" % i for i in range(4)]
+    timeline = {}
+    t0 = time.monotonic() - 5.0  # the module started 5 s before the nodes
+    rows = rollout.run_rollout(Ctx(), names, "all-1g.10gb", window=2, timeline=timeline, t0=t0)[0]
+    # Two waves of two: the second wave's slots open when the first wave's nodes finish, not before.
+    first, second = rows[:2], rows[2:]
+    assert all(5.0 <= r["started_s"] < 5.15 for r in first), rows
+    assert all(r["finished_s"] - r["started_s"] >= 0.198 for r in rows)  # each rounded to ms
+    assert min(r["started_s"] for r in second) >= min(r["finished_s"] for r in first)
+    assert set(timeline) == {"pods_listed_s", "nodes_s", "follow_s"}
+    assert 0.4 <= timeline["nodes_s"] < 0.4 + 0.3
+    assert abs(max(r["finished_s"] for r in rows) - min(r["started_s"] for r in rows) - timeline["nodes_s"]) < 0.05
+
+
 def test_no_node_starts_after_a_failure(monkeypatch):
     seen = fake_node_steps(monkeypatch, fail={"n01"})
     names = ["n%02d" % i for i in range(8)]
