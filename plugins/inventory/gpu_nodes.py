@@ -267,7 +267,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         try:
             api_client = get_api_client(params)
             server = server_of(api_client.configuration.host) or server
-            listing = KubeOps(api_client).list_nodes(label_selector=selector or None)
+            listing = KubeOps(api_client).list_nodes(label_selector=selector or None, managed_fields=False)
         except KubeAuthError as exc:
             raise AnsibleParserError("%s (inventory source %s)" % (exc, path))
         except Exception as exc:  # pylint: disable=broad-except

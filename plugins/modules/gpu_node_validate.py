@@ -123,7 +123,7 @@ def read_nodes(ops, names):
     """{name: node} of the named nodes that exist."""
     if len(names) > NODE_GETS_MAX:
         wanted = set(names)
-        return dict((node["metadata"]["name"], node) for node in ops.list_nodes().get("items") or []
+        return dict((node["metadata"]["name"], node) for node in ops.list_nodes(managed_fields=False).get("items") or []
                     if node["metadata"]["name"] in wanted)
     nodes = {}
     for name in names:

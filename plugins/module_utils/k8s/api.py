@@ -168,9 +168,10 @@ class KubeOps(object):
         self.counter.add("get")
         return _decode(self.request("GET", "/api/v1/nodes/%s" % name))
 
-    def list_nodes(self, label_selector=None):
-        self.counter.add("list")
-        return _decode(self.request("GET", "/api/v1/nodes", query={"label_selector": label_selector}))
+    def list_nodes(self, label_selector=None, managed_fields=True):
+        """Every node (matching ``label_selector``), read in pages of LIST_PAGE_SIZE; without each node's
+        metadata.managedFields unless ``managed_fields`` (the fleet report reads when a label was written from it)."""
+        return self.list_paged("/api/v1/nodes", {"label_selector": label_selector}, keep_managed_fields=managed_fields)
 
     def list_pods_on_node(self, node, label_selector=None):
         self.counter.add("list")
@@ -178,20 +179,31 @@ class KubeOps(object):
             "field_selector": "spec.nodeName=%s" % node, "label_selector": label_selector}))
 
     def list_pods(self):
-        """Every pod of the cluster (for cluster-wide counts), read in pages of LIST_PAGE_SIZE, each pod without its
-        metadata.managedFields (40 % of a pod's JSON; nothing here reads a pod's field owners). The result has the
+        """Every pod of the cluster (for cluster-wide counts), in pages, each pod without its metadata.managedFields
+        (40 % of a pod's JSON; nothing here reads a pod's field owners)."""
+        return self.list_paged("/api/v1/pods")
+
+    def list_pods_in_namespace(self, namespace, label_selector=None):
+        """The pods of ``namespace`` (the operator's: one per operand and node, thousands at 1000 nodes), in pages,
+        without managedFields."""
+        return self.list_paged("/api/v1/namespaces/%s/pods" % namespace, {"label_selector": label_selector})
+
+    def list_paged(self, path, query=None, keep_managed_fields=False):
+        """A list read in pages of LIST_PAGE_SIZE (kubectl's chunk size), one counted request each, so that one page
+        is decoded at a time; managedFields dropped from each item unless ``keep_managed_fields``. The result has the
         first page's resourceVersion: every page of a chunked list is the same snapshot, so a watch from it misses
         nothing."""
         listing, items, token = None, [], None
         while True:
             self.counter.add("list")
-            query = {"limit": LIST_PAGE_SIZE}
+            page_query = dict(query or {}, limit=LIST_PAGE_SIZE)
             if token:
-                query["continue"] = token
-            page = _decode(self.request("GET", "/api/v1/pods", query=query))
-            for pod in page.get("items") or []:
-                (pod.get("metadata") or {}).pop("managedFields", None)
-                items.append(pod)
+                page_query["continue"] = token
+            page = _decode(self.request("GET", path, query=page_query))
+            for item in page.get("items") or []:
+                if not keep_managed_fields:
+                    (item.get("metadata") or {}).pop("managedFields", None)
+                items.append(item)
             page["items"] = None
             listing = listing or page
             token = (page.get("metadata") or {}).get("continue")
@@ -201,11 +213,6 @@ class KubeOps(object):
         for key in ("continue", "remainingItemCount"):
             (listing.get("metadata") or {}).pop(key, None)
         return listing
-
-    def list_pods_in_namespace(self, namespace, label_selector=None):
-        self.counter.add("list")
-        return _decode(self.request("GET", "/api/v1/namespaces/%s/pods" % namespace,
-                                    query={"label_selector": label_selector}))
 
     def get_optional(self, path):
         """GET ``path`` as a dict, or None when it does not exist (404)."""

@@ -134,7 +134,7 @@ class FleetSnapshot(object):
 
     def __init__(self, ops, namespace):
         self.ops = ops
-        self.nodes = ops.list_nodes()
+        self.nodes = ops.list_nodes(managed_fields=False)
         self.nodes_by_name = dict((n["metadata"]["name"], n) for n in self.nodes.get("items") or [])
         self.pods = ops.list_pods()
         self.pods_by_node = {}

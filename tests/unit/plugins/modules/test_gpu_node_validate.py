@@ -33,7 +33,7 @@ class _Ops(object):
             raise ApiException(status=404, reason="Not Found")
         return self.nodes[name]
 
-    def list_nodes(self):
+    def list_nodes(self, managed_fields=True):
         self.calls.append(("list", None))
         return {"items": list(self.nodes.values())}
 

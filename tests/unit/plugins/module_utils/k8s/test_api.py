@@ -49,3 +49,45 @@ def test_cluster_pod_list_is_read_in_pages_without_managed_fields(monkeypatch):
     assert listing["metadata"] == {"resourceVersion": "7"}
     assert [p["metadata"] for p in listing["items"]] == [{"name": "p%d" % i} for i in range(5)]
     assert ops.counter.by_verb == {"list": 3}
+
+
+def _paged_ops(monkeypatch, kind, pages):
+    seen = []
+
+    def request(method, path, query=None, **kwargs):
+        seen.append((path, dict(query)))
+        meta, items = pages[len(seen) - 1]
+        return _Response({"kind": kind, "metadata": meta, "items": items})
+
+    ops = api.KubeOps.__new__(api.KubeOps)
+    ops.counter = api.RequestCounter()
+    monkeypatch.setattr(ops, "request", request)
+    monkeypatch.setattr(api, "LIST_PAGE_SIZE", 1)
+    return ops, seen
+
+
+def test_node_list_is_paged_and_keeps_managed_fields_unless_asked_not_to(monkeypatch):
+    """The fleet report reads label times from nodes' managedFields; the plan, the inventory and the validation
+    do not, and at 1000 nodes leave them out."""
+    nodes = [{"metadata": {"name": "n%d" % i, "managedFields": [{"manager": "gfd"}]}} for i in range(2)]
+    pages = [({"resourceVersion": "3", "continue": "x"}, nodes[:1]), ({"resourceVersion": "3"}, nodes[1:])]
+    ops, seen = _paged_ops(monkeypatch, "NodeList", [(m, json.loads(json.dumps(i))) for m, i in pages])
+    kept = ops.list_nodes(label_selector="a=b")
+    assert seen == [("/api/v1/nodes", {"label_selector": "a=b", "limit": 1}),
+                    ("/api/v1/nodes", {"label_selector": "a=b", "limit": 1, "continue": "x"})]
+    assert [n["metadata"]["managedFields"] for n in kept["items"]] == [[{"manager": "gfd"}]] * 2
+    ops, seen = _paged_ops(monkeypatch, "NodeList", [(m, json.loads(json.dumps(i))) for m, i in pages])
+    dropped = ops.list_nodes(managed_fields=False)
+    assert [n["metadata"] for n in dropped["items"]] == [{"name": "n0"}, {"name": "n1"}]
+    assert dropped["metadata"] == {"resourceVersion": "3"} and ops.counter.by_verb == {"list": 2}
+
+
+def test_namespace_pod_list_is_paged_without_managed_fields(monkeypatch):
+    pods = [{"metadata": {"name": "p%d" % i, "managedFields": [{"manager": "kubelet"}]}} for i in range(3)]
+    ops, seen = _paged_ops(monkeypatch, "PodList", [({"resourceVersion": "9", "continue": "a"}, pods[:1]),
+                                                    ({"resourceVersion": "9", "continue": "b"}, pods[1:2]),
+                                                    ({"resourceVersion": "9"}, pods[2:])])
+    listing = ops.list_pods_in_namespace("gpu-operator")
+    assert [p for p, _q in seen] == ["/api/v1/namespaces/gpu-operator/pods"] * 3
+    assert [q.get("continue") for _p, q in seen] == [None, "a", "b"]
+    assert [p["metadata"] for p in listing["items"]] == [{"name": "p0"}, {"name": "p1"}, {"name": "p2"}]

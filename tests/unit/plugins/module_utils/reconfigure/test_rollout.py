@@ -211,7 +211,7 @@ class CountingOps(object):
         self.calls = []
         self.forbid = forbid_configmap_list
 
-    def list_nodes(self, label_selector=None):
+    def list_nodes(self, label_selector=None, managed_fields=True):
         self.calls.append("list_nodes")
         return {"items": [{"metadata": {"name": "n1"}}, {"metadata": {"name": "n2"}}]}
 
