@@ -171,10 +171,9 @@ HOSTVAR_PREFIX = "gpu_"
 # Labels GFD derives from the MIG profile alone (the same on every node with that profile) or that gpu_deploy_labels
 # holds: what host_labels=compact leaves out. GFD's MIG labels per strategy: NVIDIA/k8s-device-plugin
 # docs/gpu-feature-discovery (mixed: mig-<profile>.<field>; single: gpu.<field>).
-GEOMETRY_LABEL = re.compile(r"^nvidia\.com/(?:mig-[^/]+?|gpu)\.(?:memory|multiprocessors|slices\.[a-z]+|engines\.[a-z]+)$"
-                            r"|^nvidia\.com/gpu\.deploy\.")
-# gpu.memory is the GPU's (or the single strategy's MIG device's) memory: gpu_memory_mb, kept in compact as the raw label.
-KEPT_IN_COMPACT = frozenset(["nvidia.com/gpu.memory"])
+# gpu.memory stays: it is the GPU's (or the single strategy's MIG device's) memory, the raw form of gpu_memory_mb.
+GEOMETRY_LABEL = re.compile(r"^nvidia\.com/(?:mig-[^/]+?\.(?:memory|multiprocessors|slices\.[a-z]+|engines\.[a-z]+)$"
+                            r"|gpu\.(?:multiprocessors|slices\.[a-z]+|engines\.[a-z]+)$|gpu\.deploy\.)")
 
 
 def host_labels(labels, mode):
@@ -183,7 +182,7 @@ def host_labels(labels, mode):
         return None
     if mode == "all":
         return labels
-    return dict((k, v) for k, v in (labels or {}).items() if k in KEPT_IN_COMPACT or not GEOMETRY_LABEL.match(k))
+    return dict((k, v) for k, v in (labels or {}).items() if not GEOMETRY_LABEL.match(k))
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):

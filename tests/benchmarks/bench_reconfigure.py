@@ -403,7 +403,7 @@ def beyond_bound(wall, batches, max_unavailable, bound):
     for call in batches:
         rows = call["rows"]
         width = float(max(1, min(max_unavailable, len(rows))))
-        timeline = call.get("timeline") or {}
+        timeline = call["timeline"]
         duration = call.get("duration_s") or 0.0
         busy_steps = sum(sum(r["timings"].values()) for r in rows)
         occupied = sum(r["finished_s"] - r["started_s"] for r in rows)
