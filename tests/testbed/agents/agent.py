@@ -173,7 +173,7 @@ class Agents:
                     for name, first in since.items():
                         cache.dirty.since[name] = min(first, cache.dirty.since.get(name, first))
                 continue
-            names |= self._hardware_changed()
+            names |= self._hardware_changed() | self._mounts_to_retry()
             # Nodes in parallel (each node by one thread per pass): a reconcile mostly waits on the API server, and
             # one at a time the agents fell minutes behind 200 nodes on a loaded machine.
             list(self.pool.map(lambda name: self._reconcile_one(name, since.get(name)), sorted(names)))
@@ -186,6 +186,11 @@ class Agents:
             LOG.warning("[%s] reconcile failed: %s", name, err)
         if first_marked is not None:
             self.lag.record(time.monotonic() - first_marked)
+
+    def _mounts_to_retry(self):
+        """Nodes whose mig-manager pod waits on a missing ConfigMap: kubelet's volume manager retries the mount on
+        its own (with backoff), not only when the node or pod changes, so the pod starts once the ConfigMap exists."""
+        return {name for name, manager in list(self.managers.items()) if manager.not_started is not None}
 
     def _hardware_changed(self):
         """Nodes whose state file changed since the last look (GFD re-labels on an interval too)."""
