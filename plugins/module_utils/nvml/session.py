@@ -27,7 +27,6 @@ except ImportError:  # pragma: no cover - depends on the host
     HAS_PYNVML = False
     PYNVML_IMPORT_ERROR = traceback.format_exc()
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import facts
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import (
     ProfileNameError,
     canonical_profile_name,
@@ -142,8 +141,12 @@ class NvmlSession(object):
         gpu["profiles"] = table if profiles else []
         gpu["instances"] = (self.gpu_instances(handle, table, gpu)
                             if instances and gpu["mig"]["current"] and table else [])
-        # NVML's instance counts are wrong on some GPUs (A30): take them from the catalog there.
-        gpu["profiles"] = facts.trusted_live_profiles(gpu)
+        if gpu["profiles"]:
+            # NVML's instance counts are wrong on some GPUs (A30): take them from the catalog there. Imported only
+            # here: the catalog is a fifth of gpu_info's import time, paid on every host of a read without profiles.
+            from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import facts  # pylint: disable=import-outside-toplevel
+
+            gpu["profiles"] = facts.trusted_live_profiles(gpu)
         gpu["processes"] = self.processes(handle, gpu) if processes else []
         return gpu
 
