@@ -431,20 +431,22 @@ def beyond_bound(wall, batches, max_unavailable, bound):
     return dict((k, round(v, 1)) for k, v in parts.items())
 
 
+def window_makespan(steps, width):
+    """How long ``steps`` (seconds, in order) take through ``width`` slots when each goes to the first free slot."""
+    slots = [0.0] * max(1, min(width, len(steps)))
+    for step in steps:
+        heapq.heapreplace(slots, slots[0] + step)
+    return max(slots)
+
+
 def replayed(batches, max_unavailable):
     """The rollout a perfect orchestrator would run with the same steps: each call's measured drain + apply + verify,
     in the order its nodes started, given to the first free slot (a sliding window with no per-node overhead, nothing
     before the first node or after the last, no playbook around it). The bound assumes every step takes the mean and
     the slots end together; with steps that vary (NVIDIA's operator, kwok and the agents), the slots drift apart and
     this is the least a window of max_unavailable can take. Wall over this is the orchestration's own share."""
-    total = 0.0
-    for call in batches:
-        width = max(1, min(max_unavailable, len(call["rows"])))
-        slots = [0.0] * width
-        for row in sorted(call["rows"], key=lambda r: r["started_s"]):
-            heapq.heapreplace(slots, slots[0] + sum(row["timings"].values()))
-        total += max(slots)
-    return total
+    return sum(window_makespan([sum(row["timings"].values()) for row in sorted(call["rows"], key=lambda r: r["started_s"])],
+                               max_unavailable) for call in batches)
 
 
 def resampled(steps, width, draws=1000, seed=0):
@@ -455,10 +457,7 @@ def resampled(steps, width, draws=1000, seed=0):
     ratios = []
     for _draw in range(draws):
         drawn = [rng.choice(steps) for _step in steps]
-        slots = [0.0] * max(1, min(width, len(drawn)))
-        for step in drawn:
-            heapq.heapreplace(slots, slots[0] + step)
-        ratios.append(max(slots) / (math.ceil(len(drawn) / float(width)) * statistics.mean(drawn)))
+        ratios.append(window_makespan(drawn, width) / (math.ceil(len(drawn) / float(width)) * statistics.mean(drawn)))
     ratios.sort()
     return {"mean": round(statistics.mean(ratios), 3), "p90": round(ratios[int(0.9 * len(ratios))], 3)}
 
