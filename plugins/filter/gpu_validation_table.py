@@ -62,7 +62,9 @@ def validation_rows(checks, smoke=None):
             "model": entry.get("product") or "-",
             "resources": _resources(entry.get("summary")),
             "checks": "ok" if not entry.get("problems") else "%d problem(s)" % len(entry["problems"]),
-            "hardware": "compared" if entry.get("hardware_checked") else "not read",
+            # Which reading the labels were compared with: gpu_info on the host, or dcgm-exporter's series.
+            "hardware": ("dcgm" if entry.get("hardware_source") == "dcgm" else "compared")
+            if entry.get("hardware_checked") else "not read",
             "smoke": ("%d/%d ok" % (len(passed), len(ran))) if ran else ("not run" if not smoke_results else "check mode"),
             "result": "PASS" if not failures else "FAIL",
             "failures": failures,

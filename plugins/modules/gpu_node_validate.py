@@ -16,7 +16,8 @@ description:
   - For each node, checks that the GPU Operator's enabled operands run there, that the GPU Feature
     Discovery labels (C(nvidia.com/gpu.product), C(gpu.memory), C(gpu.count), C(mig.strategy), per-profile
     C(nvidia.com/mig-<profile>.count) under the mixed strategy) agree with the device plugin's allocatable
-    and, when O(nodes[].hardware) is given (for example from C(gpu_info)), with the hardware.
+    and with the hardware, either O(nodes[].hardware) as given (for example from C(gpu_info) on each host) or, with
+    O(hardware_source=dcgm), the GPU Operator's dcgm-exporter series read from Prometheus in one query for the fleet.
   - Returns the problems per node and the GPU resources a smoke test should request there.
   - Read-only; reports problems without failing unless O(fail_on_problems=true).
 extends_documentation_fragment:
@@ -42,6 +43,25 @@ options:
       hardware_error:
         description: Why the hardware could not be read on a reachable host; reported as a problem of the node.
         type: str
+  hardware_source:
+    description:
+      - Where the hardware facts come from.
+      - C(given) uses O(nodes[].hardware) and O(nodes[].hardware_error) as passed.
+      - C(dcgm) reads every node's GPUs from the dcgm-exporter series in Prometheus at O(prometheus_url), one
+        request for all nodes instead of a module run per host. It replaces O(nodes[].hardware); a node without
+        series gets a problem. The series give each GPU's model, the MIG mode and the GPU instances' profiles,
+        not the memory size or compute instances smaller than their GPU instance (not compared), and a GPU in MIG
+        mode without instances reads as a GPU without MIG. They are as fresh as the last scrape.
+    type: str
+    choices: [given, dcgm]
+    default: given
+  prometheus_url:
+    description: Base URL of the Prometheus that scrapes the dcgm-exporter pods (for example V(http://prometheus:9090)).
+    type: str
+  prometheus_validate_certs:
+    description: Verify the TLS certificate of O(prometheus_url).
+    type: bool
+    default: true
   namespace:
     description: Namespace of the operator's operand pods.
     type: str
@@ -61,6 +81,14 @@ EXAMPLES = r"""
   delegate_to: localhost
   run_once: true
   register: gpu_validate_nodes
+
+- name: Check every GPU node against the hardware as dcgm-exporter reports it
+  gpufleet.gpu_operator.gpu_node_validate:
+    nodes: "{{ groups['gpu_nodes'] | map('community.general.dict_kv', 'name') | list }}"
+    hardware_source: dcgm
+    prometheus_url: http://prometheus.monitoring:9090
+  delegate_to: localhost
+  run_once: true
 """
 
 RETURN = r"""
@@ -73,11 +101,13 @@ nodes:
     - A map of node name (each node of O(nodes)) to its result, a dict with C(problems) (list of strings),
       C(smoke_resources) (the GPU resources to smoke-test, list of strings), C(product) (GPU model or null),
       C(summary) (the node's GPU facts from its labels, as in M(gpufleet.gpu_operator.gpu_cluster_facts); empty
-      for a node not found) and C(hardware_checked) (bool, whether labels were compared with hardware facts).
+      for a node not found), C(hardware_checked) (bool, whether labels were compared with hardware facts) and
+      C(hardware_source) (V(given), V(dcgm), or null when not compared).
   returned: always
   type: dict
   sample: {"gpu-a": {"problems": [], "smoke_resources": ["nvidia.com/mig-1g.18gb"], "product": "NVIDIA H200",
-           "summary": {"node_name": "gpu-a", "mig_strategy": "mixed"}, "hardware_checked": true}}
+           "summary": {"node_name": "gpu-a", "mig_strategy": "mixed"}, "hardware_checked": true,
+           "hardware_source": "given"}}
 smoke_targets:
   description: Input for M(gpufleet.gpu_operator.gpu_smoke_test) O(gpufleet.gpu_operator.gpu_smoke_test#module:targets), one per node found.
   returned: always
@@ -108,6 +138,8 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_GPU
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.node import validate_node
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate import dcgm
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import metrics
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import list_operand_pods, read_cluster_policy
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import (
     enabled_operands,
@@ -135,30 +167,50 @@ def read_nodes(ops, names):
     return nodes
 
 
+def hardware_entries(module):
+    """The nodes option with each node's hardware from the chosen source (dcgm: one Prometheus query)."""
+    params = module.params
+    if params["hardware_source"] != "dcgm":
+        return params["nodes"]
+    try:
+        by_node = dcgm.hardware_by_node(metrics.query_layout(
+            params["prometheus_url"], validate_certs=params["prometheus_validate_certs"]))
+    except metrics.MetricsError as exc:
+        module.fail_json(msg="hardware_source=dcgm: %s; nothing was checked" % exc)
+    source = "Prometheus %s" % params["prometheus_url"]
+    return [dict(entry, hardware=by_node.get(entry["name"]),
+                 hardware_error=None if entry["name"] in by_node else dcgm.missing_reason(source))
+            for entry in params["nodes"]]
+
+
 def validate(module):
+    entries = hardware_entries(module)
+    source = module.params["hardware_source"]
     api_client = module.api_client
     ops = module.ops()
     policy = read_cluster_policy(api_client)
     pods = list_operand_pods(api_client, module.params["namespace"])
-    nodes = read_nodes(ops, [entry["name"] for entry in module.params["nodes"]])
+    nodes = read_nodes(ops, [entry["name"] for entry in entries])
     strategy = (((policy or {}).get("spec") or {}).get("mig") or {}).get("strategy") or "none"
     operands = enabled_operands(policy) if policy else []
     results, problems = {}, []
-    for entry in module.params["nodes"]:
+    for entry in entries:
         name = entry["name"]
         node = nodes.get(name)
         if node is None:
             results[name] = {"problems": ["node not found in the cluster"], "smoke_resources": [], "product": None, "summary": {},
-                             "hardware_checked": False}
+                             "hardware_checked": False, "hardware_source": None}
         else:
             checked = validate_node(node, strategy, entry.get("hardware"), node_report(node, operands, pods))
             if policy is None:
                 checked["problems"].insert(0, "ClusterPolicy cluster-policy not found")
             if entry.get("hardware_error"):
-                checked["problems"].append("hardware not readable on the host: %s" % entry["hardware_error"])
+                where = "from dcgm-exporter" if source == "dcgm" else "on the host"
+                checked["problems"].append("hardware not readable %s: %s" % (where, entry["hardware_error"]))
             results[name] = {"problems": checked["problems"], "smoke_resources": checked["smoke_resources"] or [RESOURCE_GPU],
                              "product": checked["summary"]["model"], "summary": checked["summary"],
-                             "hardware_checked": entry.get("hardware") is not None}
+                             "hardware_checked": entry.get("hardware") is not None,
+                             "hardware_source": source if entry.get("hardware") is not None else None}
         problems.extend("%s: %s" % (name, problem) for problem in results[name]["problems"])
     smoke_targets = [{"node": name, "resources": entry["smoke_resources"], "product": entry["product"]}
                      for name, entry in sorted(results.items()) if name in nodes]
@@ -175,9 +227,13 @@ def main():
             hardware=dict(type="dict"),
             hardware_error=dict(type="str"),
         )),
+        hardware_source=dict(type="str", choices=["given", "dcgm"], default="given"),
+        prometheus_url=dict(type="str"),
+        prometheus_validate_certs=dict(type="bool", default=True),
         namespace=dict(type="str", default="gpu-operator"),
         fail_on_problems=dict(type="bool", default=False),
     ), names={"namespace": "namespace", "nodes[].name": "name"},
+        required_if=[("hardware_source", "dcgm", ("prometheus_url",))],
         supports_check_mode=True)
     module.run(validate, node=[entry["name"] for entry in module.params["nodes"]])
 

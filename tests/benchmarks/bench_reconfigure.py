@@ -4,7 +4,7 @@ docs/reconfigure.md (`make bench-quick`: 50 nodes, `make bench`: 1000 nodes plus
 
     python tests/benchmarks/bench_reconfigure.py [--nodes 50] [--max-unavailable 10] [--apply-seconds 30]
         [--fair-nodes 200] [--fair-max-unavailable 20] [--naive-nodes 4]
-        [--phases inventory,plan,rollout,report,validate] [--out build/bench.json] [--md build/bench.md]
+        [--phases inventory,plan,rollout,report,validate,validate-dcgm] [--out build/bench.json] [--md build/bench.md]
 
 Starts its own testbed cluster (tests/testbed/cluster.py, with an audit log of the controller's requests) and the
 simulated agents with a fixed simulated apply time, makes --nodes nodes (one NVIDIA H100 each, one GPU workload
@@ -17,6 +17,8 @@ each) and, with the gpufleet.gpu_operator.gpu_nodes inventory plugin as the inve
   * API requests per node: every request of the controller's ServiceAccount in the apiserver's audit log, by verb;
   * peak RSS of the largest controller process (wait4 of the ansible-playbook process tree);
   * report.yml wall; `site.yml --tags validate` wall (gpu_info on every host, against its simulated NVML);
+  * validate-dcgm: the same with gpu_validate_hardware_source=dcgm, the hardware from a real Prometheus that scrapes
+    a simulated dcgm-exporter per node every 15 s (one query instead of a module run per host);
   * the agents' lag (tests/testbed/agents: from a node's watch event to the end of its reconcile), separately, so
     that a slow simulator is not mistaken for a slow collection;
   * with --fair-nodes: our rollout and the naive playbook (kubernetes.core.k8s_drain + label + `until` polls, the
@@ -48,6 +50,8 @@ import yaml  # noqa: E402
 from tests.testbed.agents.agent import LAG_STATS_FILE  # noqa: E402
 from tests.testbed.agents.pytest_agents import GpuAgents, nvml_lib_dir  # noqa: E402
 from tests.testbed.cluster import Cluster, default_bin_dir  # noqa: E402
+from tests.testbed.dcgm.exporter import DcgmSimulator  # noqa: E402
+from tests.testbed.dcgm.prometheus import Prometheus  # noqa: E402
 from tests.testbed.pytest_cluster import Testbed  # noqa: E402
 
 MODEL = "H100-80GB-HBM3"
@@ -336,7 +340,8 @@ class Bench:
         figures["task_seconds"] = top_tasks(data)
         return figures
 
-    def validate_phase(self, inv, count):
+    def validate_phase(self, inv, names):
+        count = len(names)
         # The smoke pods are left out: kwok never runs a container, so a bare smoke pod stays Running and would only
         # measure gpu_smoke_test's timeout. Measured: the operand, label, allocatable and hardware checks.
         _wall, data, figures = self.playbook("validate", ROOT / "site.yml", inv, {"gpu_validate_smoke_test": False},
@@ -356,6 +361,35 @@ class Bench:
         if pongs != count:
             raise SystemExit("ping answered on %d of %d hosts" % (pongs, count))
         return figures
+
+    def validate_from_dcgm(self, inv, names):
+        """validate with gpu_validate_hardware_source=dcgm: the hardware from a real Prometheus scraping one
+        simulated dcgm-exporter per node (each reads its node's simulated NVML state), every 15 s as commonly set."""
+        sim = DcgmSimulator()
+        server = None
+        try:
+            for name in names:
+                sim.add_node(name, state_path=str(self.agents.state_path(name)))
+            server = Prometheus(self.workdir / "prometheus", dict((n, sim.target(n)) for n in names),
+                                scrape_interval_s=15).start()
+            server.wait_for_series("DCGM_FI_DEV_FB_USED", len(names), timeout=120)
+            _wall, data, figures = self.playbook(
+                "validate-dcgm", ROOT / "site.yml", inv,
+                {"gpu_validate_smoke_test": False, "gpu_validate_hardware_source": "dcgm",
+                 "gpu_validate_prometheus_url": server.url}, ["--tags", "validate"])
+            figures["task_seconds"] = top_tasks(data)
+            checked = [t for play in data["plays"] for t in play["tasks"]
+                       if t["task"]["name"].endswith("Check operands, GFD labels and advertised resources")]
+            nodes = next(iter(checked[0]["hosts"].values()))["nodes"] if checked else {}
+            compared = sum(1 for entry in nodes.values() if entry.get("hardware_source") == "dcgm")
+            if compared != len(names):
+                raise SystemExit("validate from dcgm compared the hardware of %d of %d nodes" % (compared, len(names)))
+            figures["nodes_compared"] = compared
+            return figures
+        finally:
+            if server is not None:
+                server.stop()
+            sim.stop()
 
     def naive_phase(self, prefix, names, serial):
         book = self.workdir / "naive.yml"
@@ -477,10 +511,10 @@ def markdown(result):
     """The figures as a markdown table (what docs/reconfigure.md shows)."""
     rows = []
     targets = {"inventory": "<= 5 s at 1000", "plan": "<= 30 s at 1000", "report": "<= 20 s at 1000",
-               "validate": "<= 180 s at 1000"}
+               "validate": "<= 180 s at 1000", "validate-dcgm": "<= 180 s at 1000"}
     main = result.get("main") or {}
     n = result["nodes"]
-    for phase in ("inventory", "plan", "report", "validate"):
+    for phase in ("inventory", "plan", "report", "validate", "validate-dcgm"):
         if phase in main:
             f = main[phase]
             rows.append(("%s wall, %d nodes" % (phase, n), targets[phase], "%.1f s (CPU %.1f s)" % (f["wall_s"], f.get("cpu_s", 0)),
@@ -553,7 +587,7 @@ def main():
     # A change from all-disabled needs a MIG mode change; with a host-installed driver MIG Manager alone sleeps
     # 30 s for it (mig-parted reconfigure.go), so 30 s is a realistic floor for the simulated apply.
     parser.add_argument("--apply-seconds", type=float, default=30.0)
-    parser.add_argument("--phases", default="inventory,plan,rollout,report,validate")
+    parser.add_argument("--phases", default="inventory,plan,rollout,report,validate,validate-dcgm")
     parser.add_argument("--fair-nodes", type=int, default=0)
     parser.add_argument("--fair-max-unavailable", type=int, default=20)
     parser.add_argument("--naive-nodes", type=int, default=0)
@@ -583,7 +617,9 @@ def main():
                 elif phase == "report":
                     main_result[phase] = bench.report_phase(inv, "bench", args.nodes)
                 elif phase == "validate":
-                    main_result[phase] = bench.validate_phase(inv, args.nodes)
+                    main_result[phase] = bench.validate_phase(inv, names)
+                elif phase == "validate-dcgm":
+                    main_result[phase] = bench.validate_from_dcgm(inv, names)
                 else:
                     raise SystemExit("unknown phase %r" % phase)
         if args.fair_nodes:

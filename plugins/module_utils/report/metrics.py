@@ -51,24 +51,41 @@ def sample_from_labels(metric, labels, value):
             "metric": metric, "value": float(value), "pod": pod or None}
 
 
+def _instant_query(base_url, query, metric, timeout, validate_certs):
+    url = "%s/api/v1/query?%s" % (base_url.rstrip("/"), urlencode({"query": query}))
+    try:
+        response = open_url(url, timeout=timeout, validate_certs=validate_certs)
+        body = json.loads(response.read())
+    except Exception as exc:  # URLError, HTTPError, socket errors, bad JSON: all mean "no data from here"
+        raise MetricsError("Prometheus query %s failed: %s" % (url, exc))
+    if body.get("status") != "success":
+        raise MetricsError("Prometheus query %s: %s" % (url, body.get("error") or body.get("status")))
+    samples = []
+    for series in body["data"]["result"]:
+        sample = sample_from_labels(metric, series["metric"], series["value"][1])
+        if sample:
+            samples.append(sample)
+    return samples
+
+
 def query_prometheus(base_url, window_s, timeout=10, validate_certs=True):
     """Samples of every MIG-relevant metric over the window, through /api/v1/query."""
     samples = []
     for metric in METRICS:
         query = "%s(%s[%ds])" % (WINDOW_FUNCTION[metric], metric, int(window_s))
-        url = "%s/api/v1/query?%s" % (base_url.rstrip("/"), urlencode({"query": query}))
-        try:
-            response = open_url(url, timeout=timeout, validate_certs=validate_certs)
-            body = json.loads(response.read())
-        except Exception as exc:  # URLError, HTTPError, socket errors, bad JSON: all mean "no data from here"
-            raise MetricsError("Prometheus query %s failed: %s" % (url, exc))
-        if body.get("status") != "success":
-            raise MetricsError("Prometheus query %s: %s" % (url, body.get("error") or body.get("status")))
-        for series in body["data"]["result"]:
-            sample = sample_from_labels(metric, series["metric"], series["value"][1])
-            if sample:
-                samples.append(sample)
+        samples.extend(_instant_query(base_url, query, metric, timeout, validate_certs))
     return samples
+
+
+# One series per whole GPU and per MIG GPU instance (dcgm-exporter watches the instances of a MIG GPU, the GPU
+# itself otherwise): its labels are the layout. The last scrape only: a gone instance or exporter is marked stale
+# by Prometheus at the next scrape, so an instant query no longer returns it.
+LAYOUT_METRIC = "DCGM_FI_DEV_FB_USED"
+
+
+def query_layout(base_url, timeout=10, validate_certs=True):
+    """Samples of the layout metric as last scraped, for every exporter Prometheus scrapes (one request)."""
+    return _instant_query(base_url, LAYOUT_METRIC, LAYOUT_METRIC, timeout, validate_certs)
 
 
 _LINE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\d+)?$')

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.testbed.dcgm.exporter import DcgmSimulator
+from tests.testbed.dcgm.prometheus import Prometheus
+
 HERE = Path(__file__).resolve().parent
 H100_MIG_1G = 2 * 7  # op-h100 has 2 H100s; all-1g.10gb gives 7 per GPU (reference §4.2)
 
@@ -55,7 +58,8 @@ MPS = {"sharing": {"version": "v1", "sharing": {"mps": {"resources": [{"name": "
     ({"gpu_operator_mig_strategy": "dynamic"}, "gpu_operator_mig_strategy"),
     ({"gpu_operator_mig_strategy": "mixed", "gpu_operator_device_plugin_config": MPS},
      "device_plugin_config[sharing].sharing.mps: MPS sharing with MIG strategy mixed"),
-], ids=["unknown-profile", "bad-strategy", "mps-with-mixed"])
+    ({"gpu_validate_hardware_source": "dcgm"}, "with dcgm set gpu_validate_prometheus_url"),
+], ids=["unknown-profile", "bad-strategy", "mps-with-mixed", "dcgm-without-prometheus"])
 def test_bad_settings_are_rejected_before_any_change(operator_sandbox, extra_vars, expected):
     result = operator_sandbox.site(extra_vars=extra_vars)
     assert result.rc != 0, result
@@ -189,3 +193,47 @@ def test_validation_catches_broken_nodes_and_passes_healthy_ones(operator_sandbo
     healed = operator_sandbox.site(extra_vars=settings)
     assert healed.rc == 0, healed
     assert all(line.split()[-1] == "PASS" for line in healed.table()[1:4]), healed.table()
+
+
+def test_validation_reads_the_hardware_from_dcgm_exporter_through_prometheus(operator_sandbox, tmp_path):
+    """gpu_validate_hardware_source=dcgm: one Prometheus query instead of gpu_info per host, with the same checks."""
+    settings = {"gpu_operator_mig_strategy": "mixed", "gpu_operator_mig_config": CUSTOM, "gpu_validate_smoke_timeout": 20,
+                "gpu_validate_hardware_source": "dcgm"}
+    agents = operator_sandbox.agents
+    sim = DcgmSimulator()
+    # The exporters read the nodes' simulated NVML state, as dcgm-exporter reads the GPUs; op-h200's claims an A100
+    # instead (hardware that disagrees with GFD's labels) and op-a100 has no exporter Prometheus scrapes.
+    sim.add_node("op-h100", state_path=str(agents.state_path("op-h100")))
+    sim.add_node("op-h200", gpus=[{"index": 0, "model": "NVIDIA A100-SXM4-40GB", "instances": []}])
+    server = Prometheus(tmp_path / "prometheus", dict((n, sim.target(n)) for n in ("op-h100", "op-h200"))).start()
+    try:
+        server.wait_for_series('DCGM_FI_DEV_FB_USED{node="op-h200"}', 1)
+        server.wait_for_series('DCGM_FI_DEV_FB_USED{node="op-h100"}', 1)
+        result = operator_sandbox.site("--tags", "validate", extra_vars=dict(settings, gpu_validate_prometheus_url=server.url))
+        assert result.rc != 0, result
+        read = result.task_results("Read the host's GPUs with gpu_info")
+        assert all(outcome.get("skipped") for _host, outcome in read), "gpu_info ran on a host: %s" % read
+        rows = dict((line.split()[0], line.split()) for line in result.table()[1:4])
+        assert rows["op-h100"][-1] == "PASS" and "dcgm" in rows["op-h100"], result.table()
+        assert rows["op-h200"][-1] == "FAIL" and "dcgm" in rows["op-h200"], result.table()
+        assert rows["op-a100"][-1] == "FAIL" and "not read" in " ".join(rows["op-a100"]), result.table()
+        failures = result.table()[4:]
+        assert any(f.startswith("op-h200: label nvidia.com/gpu.product=NVIDIA-H200") and "the hardware is NVIDIA A100" in f
+                   for f in failures), failures
+        assert any(f.startswith("op-a100: hardware not readable from dcgm-exporter: no dcgm-exporter series for the node "
+                                "in Prometheus %s" % server.url) for f in failures), failures
+
+        # With every exporter reading its node's GPUs, every node passes.
+        sim.remove_node("op-h200")
+        for name in ("op-h200", "op-a100"):
+            sim.add_node(name, state_path=str(agents.state_path(name)))
+        server.stop()
+        server = Prometheus(tmp_path / "prometheus-all", dict((n, sim.target(n)) for n in sim.nodes)).start()
+        for name in sim.nodes:
+            server.wait_for_series('DCGM_FI_DEV_FB_USED{node="%s"}' % name, 1)
+        healed = operator_sandbox.site("--tags", "validate", extra_vars=dict(settings, gpu_validate_prometheus_url=server.url))
+        assert healed.rc == 0, healed
+        assert all(line.split()[-1] == "PASS" and "dcgm" in line.split() for line in healed.table()[1:4]), healed.table()
+    finally:
+        server.stop()
+        sim.stop()

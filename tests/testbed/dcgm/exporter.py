@@ -93,11 +93,14 @@ class DcgmSimulator(object):
                     self.send_error(404)
                     return
                 body = node.exposition().encode("utf-8")
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the scraper gave up (its scrape timeout) or stopped: nothing to answer
 
             def log_message(self, *args):
                 pass
@@ -131,5 +134,13 @@ class DcgmSimulator(object):
             node.server.server_close()
 
     def stop(self):
-        for name in list(self.nodes):
-            self.remove_node(name)
+        # shutdown() waits for the server's next poll (0.5 s): all at once, not 0.5 s per node (1000 nodes: 8 min).
+        servers = [node.server for node in self.nodes.values() if node.server]
+        self.nodes.clear()
+        stopping = [threading.Thread(target=server.shutdown, daemon=True) for server in servers]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
+        for server in servers:
+            server.server_close()

@@ -39,10 +39,11 @@ def _free_port():
 
 
 class Prometheus(object):
-    def __init__(self, workdir, targets):
+    def __init__(self, workdir, targets, scrape_interval_s=SCRAPE_INTERVAL_S):
         """``targets``: {node name: "127.0.0.1:port"} of dcgm-exporter endpoints."""
         self.workdir = str(workdir)
         self.targets = dict(targets)
+        self.scrape_interval_s = scrape_interval_s
         self.port = None
         self.process = None
 
@@ -52,7 +53,8 @@ class Prometheus(object):
 
     def _config(self):
         return {
-            "global": {"scrape_interval": "%ds" % SCRAPE_INTERVAL_S, "evaluation_interval": "%ds" % SCRAPE_INTERVAL_S},
+            "global": {"scrape_interval": "%ds" % self.scrape_interval_s,
+                       "evaluation_interval": "%ds" % self.scrape_interval_s},
             "scrape_configs": [{
                 "job_name": "dcgm-exporter",
                 "static_configs": [{"targets": [target], "labels": {"node": node}}
