@@ -8,10 +8,10 @@ BENCH_RECONFIGURE_ARGS ?= --nodes 1000 --max-unavailable 50 --apply-seconds 30 -
 
 bench: bench-reconfigure ## benchmarks (not tests): figures for the docs
 
-bench-reconfigure: setup testbed-build gpusim-build ## 1000 nodes: plan, rollout vs bound, API requests/node, RSS, report, inventory, validate, agents' lag; fair peer comparison at 200
+bench-reconfigure: setup testbed-build gpusim-build report-deps ## 1000 nodes: plan, rollout vs bound, API requests/node, RSS, report, inventory, validate (host read and dcgm), agents' lag; fair peer comparison at 200
 	mkdir -p build && $(BIN)/python tests/benchmarks/bench_reconfigure.py $(BENCH_RECONFIGURE_ARGS) --out build/bench-reconfigure.json --md build/bench-reconfigure.md
 
-bench-quick: setup testbed-build gpusim-build ## the same figures over 50 nodes (a few minutes)
+bench-quick: setup testbed-build gpusim-build report-deps ## the same figures over 50 nodes (a few minutes)
 	mkdir -p build && $(BIN)/python tests/benchmarks/bench_reconfigure.py $(BENCH_QUICK_ARGS) --out build/bench-quick.json --md build/bench-quick.md
 
 reconfigure-test: setup testbed-build gpusim-build ## unit + integration tests of the reconfiguration only
