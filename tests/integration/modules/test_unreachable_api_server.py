@@ -226,3 +226,19 @@ def test_a_write_whose_connection_is_reset_is_sent_again(testbed, testbed_node, 
     assert not result.get("failed"), result
     assert testbed.core.read_node(node).spec.unschedulable is True
     assert len(fault_proxy.actions("reset")) == 2
+
+
+def test_validation_from_an_unreachable_prometheus_fails_before_any_api_call(dead_kubeconfig, dead_port, tmp_path):
+    """hardware_source=dcgm reads Prometheus first: when it cannot, the task fails naming its URL, nothing checked."""
+    runner = FaultRunner(dead_kubeconfig, tmp_path / "ansible")
+    url = "http://127.0.0.1:%s" % dead_port
+    path = runner.workdir / "prometheus.yml"
+    path.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [{
+        "name": "validate from dcgm", "ignore_errors": True, "gpufleet.gpu_operator.gpu_node_validate": {
+            "nodes": [{"name": NODE}], "hardware_source": "dcgm", "prometheus_url": url}}]}]))
+    result = runner.playbook(path, [], timeout=120).task("validate from dcgm")
+    msg = result.get("msg") or ""
+    assert result.get("failed") is True and result.get("changed") is False, result
+    assert msg.startswith("hardware_source=dcgm: Prometheus query %s/api/v1/query?" % url), msg
+    assert "refused" in msg.lower() and msg.endswith("nothing was checked"), msg
+    assert "Kubernetes API server" not in msg, "the API was called before Prometheus answered: %s" % msg
