@@ -372,7 +372,8 @@ class Bench:
                 sim.add_node(name, state_path=str(self.agents.state_path(name)))
             server = Prometheus(self.workdir / "prometheus", dict((n, sim.target(n)) for n in names),
                                 scrape_interval_s=15).start()
-            server.wait_for_series("DCGM_FI_DEV_FB_USED", len(names), timeout=120)
+            # One result per node scraped (a node has a series per MIG instance after a rollout: count nodes, not series).
+            server.wait_for_series("count by (node) (DCGM_FI_DEV_FB_USED)", len(names), timeout=120)
             _wall, data, figures = self.playbook(
                 "validate-dcgm", ROOT / "site.yml", inv,
                 {"gpu_validate_smoke_test": False, "gpu_validate_hardware_source": "dcgm",
