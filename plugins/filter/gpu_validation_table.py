@@ -45,8 +45,15 @@ def _resources(summary):
     return " ".join("%s=%s" % (short_resource_name(name), count) for name, count in sorted(allocatable.items()) if count) or "-"
 
 
+def smoke_cell(passed, ran, busy, results):
+    if not ran and not busy:
+        return "not run" if not results else "check mode"
+    text = "%d/%d ok" % (len(passed), len(ran)) if ran else ""
+    return ("%s, %d busy" % (text, len(busy)) if text else "%d busy" % len(busy)) if busy else text
+
+
 def validation_rows(checks, smoke=None):
-    """[{node, model, resources, checks, smoke, result, failures}] sorted by node."""
+    """[{node, model, resources, checks, smoke, result, failures, notes}] sorted by node."""
     smoke_by_node = {}
     for result in (smoke or {}).get("results") or []:
         smoke_by_node.setdefault(result["node"], []).append(result)
@@ -56,6 +63,7 @@ def validation_rows(checks, smoke=None):
         smoke_results = smoke_by_node.get(node, [])
         ran = [r for r in smoke_results if r.get("ok") is not None]
         passed = [r for r in ran if r["ok"]]
+        busy = [r for r in smoke_results if r.get("busy")]
         failures.extend("smoke %s: %s" % (r["resource"], r["problem"]) for r in ran if not r["ok"])
         rows.append({
             "node": node,
@@ -65,9 +73,11 @@ def validation_rows(checks, smoke=None):
             # Which reading the labels were compared with: gpu_info on the host, or dcgm-exporter's series.
             "hardware": ("dcgm" if entry.get("hardware_source") == "dcgm" else "compared")
             if entry.get("hardware_checked") else "not read",
-            "smoke": ("%d/%d ok" % (len(passed), len(ran))) if ran else ("not run" if not smoke_results else "check mode"),
+            "smoke": smoke_cell(passed, ran, busy, smoke_results),
             "result": "PASS" if not failures else "FAIL",
             "failures": failures,
+            # Not failures: every unit of the resource was held by the node's pods, so no smoke pod could run.
+            "notes": ["smoke %s %s" % (r["resource"], r["problem"]) for r in busy],
         })
     return rows
 
@@ -82,6 +92,9 @@ def gpu_validation_table(checks, smoke=None):
     for row in rows:
         for failure in row["failures"]:
             lines.append("%s: %s" % (row["node"], failure))
+    for row in rows:
+        for note in row["notes"]:
+            lines.append("%s: %s" % (row["node"], note))
     return lines
 
 

@@ -19,6 +19,8 @@ description:
   - Waits for every pod to finish, reads the container's termination message or, when empty, its logs, and
     checks that it lists exactly one device of the kind requested on a GPU of the node's model.
   - Deletes every pod it created, whatever happened. Leaves nothing behind, so it reports C(changed=false).
+  - A resource whose every unit on the node is held by pods there is not tested (the pod would wait for the
+    timeout and fail a node that is only busy); the result says so, with a warning, and is not a failed check.
   - In check mode it only returns the pods it would run.
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
@@ -108,8 +110,15 @@ results:
       returned: always
       type: str
     ok:
-      description: Whether the pod saw the GPU it asked for; null in check mode (nothing run).
+      description:
+        - Whether the pod saw the GPU it asked for.
+        - Null when nothing ran, in check mode or when every unit of the resource on the node is held by its pods
+          (RV(results[].busy)); then RV(results[].problem) says why.
       returned: always
+      type: bool
+    busy:
+      description: True when the pod was not run because all of the node's units of the resource were held by pods.
+      returned: when true
       type: bool
     output:
       description: The pod's log (empty in check mode).
@@ -120,7 +129,7 @@ results:
       returned: always
       type: str
 failed_checks:
-  description: One line per failed pod naming the node, the resource and what was wrong.
+  description: One line per failed pod naming the node, the resource and what was wrong (busy resources excluded).
   returned: always
   type: list
   elements: str
@@ -133,6 +142,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_GPU, is_gpu_resource
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.smoke import (
+    busy_reason,
     check_output,
     pending_reason,
     pod_manifest,
@@ -251,9 +261,40 @@ def smoke(module):
         return dict(changed=False, failed_checks=[], results=[
             {"node": p["node"], "resource": p["resource"], "pod": p["manifest"]["metadata"]["name"], "ok": None,
              "output": "", "problem": "not run in check mode"} for p in plans])
-    results = SmokeRun(module, module.api_client).run(plans)
-    failed = ["%s: %s: %s" % (r["node"], r["resource"], r["problem"]) for r in results if not r["ok"]]
+    plans, busy = split_busy(module, plans)
+    results = SmokeRun(module, module.api_client).run(plans) if plans else []
+    for result in busy:
+        module.warn("%s: smoke %s %s" % (result["node"], result["resource"], result["problem"]))
+    results = sorted(results + busy, key=lambda r: (r["node"], r["resource"]))
+    failed = ["%s: %s: %s" % (r["node"], r["resource"], r["problem"]) for r in results if r["ok"] is False]
     return dict(changed=False, results=results, failed_checks=failed)
+
+
+def split_busy(module, plans):
+    """(plans to run, results of those not run): a pod for a resource whose every unit on the node is held by
+    pods there would only wait for the timeout. One node read and one list of its pods per node."""
+    ops = KubeOps(module.api_client)
+    node_state = {}
+    to_run, busy = [], []
+    for plan in plans:
+        name = plan["node"]
+        if name not in node_state:
+            try:
+                node = ops.get_node(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                node = None  # the smoke pod's failure names the missing node
+            pods = (ops.list_pods_on_node(name).get("items") or []) if node else []
+            node_state[name] = (node, pods)
+        node, pods = node_state[name]
+        reason = busy_reason(node, pods, plan["resource"]) if node else None
+        if reason:
+            busy.append({"node": name, "resource": plan["resource"], "pod": plan["manifest"]["metadata"]["name"],
+                         "ok": None, "output": "", "problem": reason, "busy": True})
+        else:
+            to_run.append(plan)
+    return to_run, busy
 
 
 def main():

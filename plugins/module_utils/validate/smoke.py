@@ -18,6 +18,8 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     GPU_TAINT_KEY,
     RESOURCE_MIG_PREFIX,
     VENDOR_PREFIX,
+    node_gpu_allocatable,
+    pod_gpu_requests,
     product_label,
     resource_mig_profile,
 )
@@ -135,3 +137,22 @@ def terminated_state(pod):
         if terminated:
             return terminated.get("exitCode"), terminated.get("message") or ""
     return None, None
+
+
+def busy_reason(node, pods, resource):
+    """Why a smoke pod for ``resource`` cannot be scheduled on ``node`` right now (every unit is held by the
+    node's running or pending pods), or None when at least one unit is free. ``pods``: the pods bound to the node.
+
+    Such a pod would stay Pending until the timeout and fail a healthy node whose GPUs are simply in use; the
+    smoke test is not run there and the reason is reported instead."""
+    allocatable = node_gpu_allocatable(node).get(resource, 0)
+    if allocatable < 1:
+        return None  # nothing advertised: the smoke pod's failure is the finding
+    held = 0
+    for pod in pods:
+        if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
+            continue
+        held += pod_gpu_requests(pod).get(resource, 0)
+    if held < allocatable:
+        return None
+    return "not run: all %d %s of the node are held by its pods" % (allocatable, resource)

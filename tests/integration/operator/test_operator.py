@@ -5,6 +5,7 @@ an empty cluster, install, idempotent re-run, check mode on an installed operato
 custom MIG config, broken nodes.
 """
 
+import json
 import time
 from pathlib import Path
 
@@ -237,3 +238,28 @@ def test_validation_reads_the_hardware_from_dcgm_exporter_through_prometheus(ope
     finally:
         server.stop()
         sim.stop()
+
+
+def test_a_node_whose_gpus_are_all_held_is_reported_busy_not_failed(operator_sandbox):
+    """Smoke pods are not run for a resource every unit of which is held by the node's pods: they would only wait
+    for the timeout. The node passes its other checks, and the table and a warning say why nothing ran."""
+    bed = operator_sandbox.bed
+    settings = {"gpu_operator_mig_strategy": "mixed", "gpu_operator_mig_config": CUSTOM, "gpu_validate_smoke_timeout": 20}
+    held = allocatable(operator_sandbox, "op-a100", "nvidia.com/gpu")
+    assert held >= 1, "op-a100 advertises no whole GPU"
+    namespace = bed.create_namespace("busy")
+    bed.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holds-every-gpu", "namespace": namespace},
+        "spec": {"nodeName": "op-a100", "tolerations": [{"operator": "Exists"}], "containers": [{
+            "name": "main", "image": "registry.invalid/cuda:latest",
+            "resources": {"limits": {"nvidia.com/gpu": str(held)}}}]}}))
+    try:
+        result = operator_sandbox.site("--tags", "validate", extra_vars=settings)
+        assert result.rc == 0, result
+        rows = dict((line.split()[0], line) for line in result.table()[1:4])
+        assert "busy" in rows["op-a100"] and rows["op-a100"].split()[-1] == "PASS", result.table()
+        note = "op-a100: smoke nvidia.com/gpu not run: all %d nvidia.com/gpu of the node are held by its pods" % held
+        assert note in result.table()[4:], result.table()
+        assert all(line.split()[-1] == "PASS" for line in result.table()[1:4]), result.table()
+    finally:
+        bed.delete_namespace(namespace)

@@ -20,3 +20,15 @@ def test_validation_table():
     assert lines[3].split()[3] == "compared"
     assert lines[4].split()[3] == "dcgm"  # compared with dcgm-exporter's series, not gpu_info on the host
     assert lines[5:] == ["b: device plugin advertises 0 GPU resources", "b: smoke nvidia.com/gpu: did not finish"]
+
+
+def test_busy_resources_are_noted_not_failed():
+    checks = {"nodes": {"h": {"problems": [], "product": "NVIDIA-H200", "summary": {"allocatable": {"nvidia.com/gpu": 4}}}}}
+    busy = {"node": "h", "resource": "nvidia.com/gpu", "ok": None, "busy": True,
+            "problem": "not run: all 4 nvidia.com/gpu of the node are held by its pods"}
+    lines = gpu_validation_table(checks, {"results": [busy]})
+    assert lines[1].split()[-3:] == ["1", "busy", "PASS"], lines
+    assert lines[2:] == ["h: smoke nvidia.com/gpu not run: all 4 nvidia.com/gpu of the node are held by its pods"]
+    ran = dict(busy, resource="nvidia.com/mig-1g.18gb", ok=True, busy=None, problem=None)
+    lines = gpu_validation_table(checks, {"results": [ran, busy]})
+    assert "1/1 ok, 1 busy" in lines[1] and lines[1].split()[-1] == "PASS", lines
