@@ -46,10 +46,9 @@ def _resources(summary):
 
 
 def smoke_cell(passed, ran, busy, results):
-    if not ran and not busy:
-        return "not run" if not results else "check mode"
-    text = "%d/%d ok" % (len(passed), len(ran)) if ran else ""
-    return ("%s, %d busy" % (text, len(busy)) if text else "%d busy" % len(busy)) if busy else text
+    """'2/3 ok', '1 busy', both joined, or why nothing ran: no smoke results at all, or check mode's."""
+    parts = (["%d/%d ok" % (len(passed), len(ran))] if ran else []) + (["%d busy" % len(busy)] if busy else [])
+    return ", ".join(parts) or ("not run" if not results else "check mode")
 
 
 def validation_rows(checks, smoke=None):
