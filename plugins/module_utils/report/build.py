@@ -141,6 +141,8 @@ def _metric_gpus(node_metrics):
 
 def _canonical(name):
     """dcgm-exporter's GPU_I_PROFILE (``1g.10gb``, ``1g.10gb+me``) as the planner names it; unknown forms kept."""
+    if not name:
+        return ""
     try:
         return profiles.canonical_profile_name(name)
     except ProfileNameError:
@@ -148,9 +150,25 @@ def _canonical(name):
 
 
 def _place(model, counts):
-    """Planner placements for a profile multiset (where a slice sits in the picture when only counts are known)."""
-    solution = placement.solve(model, counts) if model and counts else None
-    return list(solution.placements) if solution and solution.feasible else []
+    """Planner placements for a profile multiset (where a slice sits in the picture when only counts are known).
+
+    A profile the model's table lacks (an exporter of a newer driver, a mislabelled series) places nothing: the
+    slices are still listed, without a position, and ``_unknown_profile_findings`` names them."""
+    if not (model and counts):
+        return []
+    try:
+        solution = placement.solve(model, counts)
+    except PlanningError:
+        return []
+    return list(solution.placements) if solution.feasible else []
+
+
+def _unknown_profiles(model, gpus):
+    """[(gpu index, profile)] of the slices whose profile the GPU model's table does not have."""
+    if not model:
+        return []
+    return [(gpu["index"], piece["profile"]) for gpu in gpus for piece in gpu["slices"]
+            if not catalog.find_profile(model, piece["profile"])]
 
 
 def _slice_state(holder, engine, idle_threshold):
@@ -433,7 +451,15 @@ def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_sour
                         "release it (scale the workload down) or give the pod a smaller slice",
                         gpu=gpu["index"], pod=piece["pod"], profile=piece["profile"],
                         engine_active=piece["engine_active"]))
-        suggestion = _suggest(summary, model, gpus, pending_profiles, options)
+        unknown = _unknown_profiles(model, gpus)
+        for index, profile in unknown:
+            node_findings.append(_finding(
+                "drift", "warning", name,
+                "dcgm-exporter reports a GPU instance %s on GPU %s, which %s does not have"
+                % ("of profile %r" % profile if profile else "without a GPU_I_PROFILE label", index, model["name"]),
+                "check the exporter's GPU_I_PROFILE labels and the node's MIG layout (nvidia-smi mig -lgi)",
+                gpu=index, profile=profile))
+        suggestion = None if unknown else _suggest(summary, model, gpus, pending_profiles, options)
         if suggestion:
             node_findings.append(_finding(
                 "suggestion", "info", name,

@@ -58,11 +58,21 @@ def _instant_query(base_url, query, metric, timeout, validate_certs):
         body = json.loads(response.read())
     except Exception as exc:  # URLError, HTTPError, socket errors, bad JSON: all mean "no data from here"
         raise MetricsError("Prometheus query %s failed: %s" % (url, exc))
+    if not isinstance(body, dict):
+        raise MetricsError("Prometheus query %s: the answer is not a JSON object" % url)
     if body.get("status") != "success":
         raise MetricsError("Prometheus query %s: %s" % (url, body.get("error") or body.get("status")))
+    result = (body.get("data") or {}).get("result") if isinstance(body.get("data"), dict) else None
+    if not isinstance(result, list):
+        raise MetricsError("Prometheus query %s: the answer has no data.result list (an instant vector query "
+                           "answers {status, data: {resultType, result: [...]}})" % url)
     samples = []
-    for series in body["data"]["result"]:
-        sample = sample_from_labels(metric, series["metric"], series["value"][1])
+    for position, series in enumerate(result):
+        try:
+            sample = sample_from_labels(metric, dict(series["metric"]), series["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise MetricsError("Prometheus query %s: series %d of the answer is not {metric: {...}, value: [time, "
+                               "number]}: %s" % (url, position, exc))
         if sample:
             samples.append(sample)
     return samples

@@ -134,3 +134,14 @@ def test_unallocatable_demand_and_suggestion_checked_with_the_planner():
 def test_no_suggestion_without_evidence():
     built = build([h100("n")], metrics=samples("n", [(7 + i, "1g.10gb", 0.0, 0.0, None) for i in range(7)]))
     assert "suggestion" not in kinds(built)
+
+
+def test_a_profile_the_model_lacks_is_one_finding_not_a_failed_report():
+    metrics = samples("a", [(1, "9g.99gb", 0.5, 100, None), (2, None, 0.5, 100, None)]) + samples(
+        "b", [(1, "1g.10gb", 0.01, 100, "ml/p")])
+    built = build([h100("a"), h100("b")], pods=[pod("p", {"nvidia.com/mig-1g.10gb": 1}, "b")], metrics=metrics)
+    unknown = [f for f in built["findings"] if "does not have" in f["message"]]
+    assert [(f["node"], f["gpu"], f["details"]["profile"]) for f in unknown] == [("a", 0, "9g.99gb"), ("a", 0, "")]
+    assert "without a GPU_I_PROFILE label" in unknown[1]["message"]
+    assert [n["name"] for n in built["nodes"]] == ["a", "b"]
+    assert "idle" in kinds(built, "b"), "the other node is still reported in full"

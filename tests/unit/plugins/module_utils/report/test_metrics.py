@@ -43,3 +43,41 @@ def test_one_failing_endpoint_does_not_hide_the_others():
     assert len(errors) == 1 and "127.0.0.1:9" in errors[0] and "node n" in errors[0]
     with pytest.raises(dcgm_metrics.MetricsError):
         dcgm_metrics.scrape_endpoints([{"url": "http://127.0.0.1:9/metrics"}], timeout=2)
+
+
+@pytest.mark.parametrize("answer, says", [
+    ({"status": "success"}, "no data.result list"),
+    ({"status": "success", "data": {"resultType": "vector"}}, "no data.result list"),
+    ({"status": "success", "data": {"result": [{"metric": {"gpu": "0", "Hostname": "n"}}]}}, "series 0"),
+    ({"status": "success", "data": {"result": [{"metric": {"gpu": "0", "Hostname": "n"}, "value": [1, "x"]}]}},
+     "series 0"),
+    ([1, 2], "not a JSON object"),
+    ({"status": "error", "error": "bad query"}, "bad query"),
+])
+def test_a_malformed_prometheus_answer_is_a_metrics_error_naming_the_url(answer, says):
+    import http.server
+    import json
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            payload = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = "http://127.0.0.1:%d" % server.server_address[1]
+    try:
+        with pytest.raises(dcgm_metrics.MetricsError) as raised:
+            dcgm_metrics.query_layout(url, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert url in str(raised.value) and says in str(raised.value)
