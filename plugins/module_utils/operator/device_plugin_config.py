@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """Which device-plugin configs NVIDIA's device plugin accepts, and which config a node gets (pure, no I/O).
 
-A device-plugin config is accepted exactly when NVIDIA's parser (NVIDIA/k8s-device-plugin v0.18.0
+A device-plugin config is accepted exactly when NVIDIA's parser (NVIDIA/k8s-device-plugin v0.20.0, the version
+the GPU Operator v26.7.0 chart deploys;
 ``api/config/v1``: ``Config``, ``Flags``, ``Sharing``, ``ReplicatedResources``/``ReplicatedResource``/
 ``ReplicatedDevices`` UnmarshalJSON, ``NewResourceName``, ``Duration``) and the device plugin's start-up checks
 (``cmd/nvidia-device-plugin/main.go`` validateFlags) accept it under the GPU Operator's environment: the
@@ -37,6 +38,8 @@ SHARED_SUFFIX = ".shared"
 MAX_RESOURCE_NAME = 63
 VERSION = "v1"
 DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra")
+ALLOCATION_POLICIES = ("distributed", "packed")  # api/config/v1/consts.go AllocationPolicy*
+INFINITE = "infinite"  # api/config/v1/duration.go: GFD sleeps forever after its first labelling
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN = re.compile(r"^%s(\.%s)*$" % (_DNS_LABEL, _DNS_LABEL))
@@ -46,7 +49,8 @@ _DURATION = re.compile(r"^[-+]?(0|((\d+(\.\d*)?|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|
 
 # Go struct fields of the config (json tags), per struct; values: type checker name or a nested struct.
 _FLAGS_PLUGIN = {"passDeviceSpecs": "bool", "deviceListStrategy": "string_or_strings", "deviceIDStrategy": "string",
-                 "cdiAnnotationPrefix": "string", "nvidiaCTKPath": "string", "containerDriverRoot": "string"}
+                 "cdiAnnotationPrefix": "string", "nvidiaCTKPath": "string", "containerDriverRoot": "string",
+                 "sharedDevicesAllocationPolicy": "string"}
 _FLAGS_GFD = {"oneshot": "bool", "noTimestamp": "bool", "sleepInterval": "duration", "outputFile": "string",
               "machineTypeFile": "string"}
 _FLAGS = {"migStrategy": "string", "failOnInitError": "bool", "mpsRoot": "string", "nvidiaDriverRoot": "string",
@@ -54,7 +58,7 @@ _FLAGS = {"migStrategy": "string", "failOnInitError": "bool", "mpsRoot": "string
           "useNodeFeatureAPI": "bool", "deviceDiscoveryStrategy": "string", "plugin": _FLAGS_PLUGIN, "gfd": _FLAGS_GFD}
 _IMEX = {"channelIDs": "ints", "required": "bool"}
 _GO_TYPE_NAMES = {"bool": "a boolean", "string": "a string", "string_or_strings": "a string or a list of strings",
-                  "duration": "a duration (e.g. 60s) or a number of nanoseconds", "ints": "a list of integers",
+                  "duration": "a duration (e.g. 60s), 'infinite' or a number of nanoseconds", "ints": "a list of integers",
                   "int": "an integer"}
 
 
@@ -92,7 +96,7 @@ def _type_ok(kind, value):
         return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
     if kind == "duration":
         if isinstance(value, str):
-            return bool(_DURATION.match(value))
+            return value == INFINITE or bool(_DURATION.match(value))
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == "ints":
         return isinstance(value, list) and all(_is_int(v) for v in value)
@@ -265,8 +269,9 @@ def _struct(where, value, fields, problems, warnings):
 def check_config(where, config, mig_strategy):
     """(problems, warnings, effect) of one device-plugin config used under the operator's ``mig_strategy``.
 
-    ``effect``: {'sharing': 'none'|'time-slicing'|'mps', 'resources': [{name, rename, replicas}]} when the
-    config is accepted, else None. Problems name ``where`` and the field; never raises."""
+    ``effect``: {'sharing': 'none'|'time-slicing'|'mps', 'resources': [{name, rename, replicas}],
+    'fail_requests_greater_than_one': whether a pod asking for more than one shared replica is refused (None
+    without sharing)} when the config is accepted, else None. Problems name ``where`` and the field; never raises."""
     problems, warnings = [], []
     if not isinstance(config, dict):
         return ["%s must be a mapping (a device-plugin config), got %s" % (where, _kind(config))], [], None
@@ -311,7 +316,7 @@ def check_config(where, config, mig_strategy):
             warnings.append("%s: the device plugin ignores custom resource names (resources section)" % rwhere)
     sharing_key, sharing = top.get("sharing", ("sharing", None))
     swhere = "%s.%s" % (where, sharing_key)
-    replicated, strategy = [], "none"
+    replicated, strategy, fail_flags, fail_gt_one = [], "none", {}, None
     if sharing is not None:
         if not isinstance(sharing, dict):
             return ["%s must be a mapping, got %s" % (swhere, _kind(sharing))], warnings, None
@@ -327,12 +332,17 @@ def check_config(where, config, mig_strategy):
             if problems:
                 return problems, warnings, None
             blocks[kind] = result
+            fail_flags[kind] = block.get("failRequestsGreaterThanOne") if isinstance(block, dict) else None
+        # api/config/v1/config.go: MPS refuses requests of more than one replica unless the config sets
+        # failRequestsGreaterThanOne: false; time-slicing refuses them only when it is set true.
         if blocks.get("mps"):
             strategy, replicated = "mps", blocks["mps"]
+            fail_gt_one = fail_flags.get("mps") is not False
             if blocks.get("timeSlicing"):
                 warnings.append("%s sets both timeSlicing and mps: the device plugin uses mps only" % swhere)
         elif blocks.get("timeSlicing"):
             strategy, replicated = "time-slicing", blocks["timeSlicing"]
+            fail_gt_one = fail_flags.get("timeSlicing") is True
     imex = _struct("%s.%s" % (where, top.get("imex", ("imex",))[0]), top.get("imex", (None, None))[1], _IMEX, problems, warnings)
     if imex is None:
         return problems, warnings, None
@@ -340,6 +350,10 @@ def check_config(where, config, mig_strategy):
     discovery = flags.get("deviceDiscoveryStrategy")
     if discovery is not None and discovery not in DISCOVERY_STRATEGIES:
         problems.append("%s.flags.deviceDiscoveryStrategy %r is not one of %s" % (where, discovery, "|".join(DISCOVERY_STRATEGIES)))
+    policy = (flags.get("plugin") or {}).get("sharedDevicesAllocationPolicy")
+    if policy is not None and policy not in ALLOCATION_POLICIES:
+        problems.append("%s.flags.plugin.sharedDevicesAllocationPolicy %r is not one of %s (the device plugin exits: "
+                        "\"invalid --shared-devices-allocation-policy option\")" % (where, policy, "|".join(ALLOCATION_POLICIES)))
     if strategy == "mps" and mig_strategy == "mixed":
         problems.append("%s.mps: MPS sharing with MIG strategy mixed is refused by the device plugin "
                         "(\"using --mig-strategy=mixed is not supported with MPS\")" % swhere)
@@ -355,7 +369,7 @@ def check_config(where, config, mig_strategy):
         if resource["name"].startswith(RESOURCE_PREFIX + "/mig-") and mig_strategy != "mixed":
             warnings.append("%s shares %s, which exists only under MIG strategy mixed (the operator's is %s): no effect"
                             % (swhere, resource["name"], mig_strategy))
-    return [], warnings, {"sharing": strategy, "resources": replicated}
+    return [], warnings, {"sharing": strategy, "resources": replicated, "fail_requests_greater_than_one": fail_gt_one}
 
 
 def config_for_node(labels, config_names, default=None):

@@ -96,7 +96,7 @@ def _check_k8s_name(what, name, problems, limit=253):
 def device_plugin_config_findings(configs, mig_strategy):
     """(problems, warnings, {name: effect}) of a named set of device-plugin configs used under the operator's
     ``mig_strategy``: a config is a problem exactly when NVIDIA's device plugin would refuse it (see
-    device_plugin_config.check_config); ``effect`` is {'sharing', 'resources'} of each accepted config."""
+    device_plugin_config.check_config); ``effect`` is {'sharing', 'resources', 'fail_requests_greater_than_one'} of each accepted config."""
     if not isinstance(configs, dict) or not configs:
         return ["device_plugin_config must be a non-empty mapping of config name to device-plugin config"], [], {}
     problems, warnings, effects = [], [], {}
