@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import is_expired, lease_view
 
 LABEL_MIG_CONFIG = "nvidia.com/mig.config"
@@ -56,3 +58,33 @@ def upgrade_blockers(nodes, lease, assessment, lease_namespace, lease_name, now=
     if held:
         blockers.append(held)
     return blockers + policy_blockers(assessment)
+
+
+# A Helm chart version is SemVer 2 (https://helm.sh/docs/topics/charts/#charts-and-versioning); NVIDIA's carry a
+# leading "v" (v26.7.0). Helm's release status names the chart as <name>-<version>.
+_SEMVER = re.compile(r"v?(?P<major>0|[1-9]\d*)\.(?P<minor>0|[1-9]\d*)\.(?P<patch>0|[1-9]\d*)"
+                     r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z.-]+)?$")
+
+
+def chart_version(text):
+    """The SemVer precedence key of a chart version or of Helm's ``<name>-<version>``, or None if it has none."""
+    text = str(text or "").strip()
+    for start in [0] + [i + 1 for i, c in enumerate(text) if c == "-"]:
+        match = _SEMVER.match(text[start:])
+        if match:
+            pre = match.group("pre")
+            # SemVer 2 section 11: a pre-release sorts before its release; numeric identifiers before alphanumeric
+            # ones, numerically; alphanumeric ones in ASCII order; a longer set after its prefix.
+            ids = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split(".")) if pre else ()
+            return (int(match.group("major")), int(match.group("minor")), int(match.group("patch")), 0 if pre else 1, ids)
+    return None
+
+
+def version_change(deployed, target):
+    """'same', 'upgrade', 'downgrade' or 'unknown' (either version not SemVer) from the deployed chart to the target."""
+    before, after = chart_version(deployed), chart_version(target)
+    if before is None or after is None:
+        return "unknown"
+    if before == after:
+        return "same"
+    return "upgrade" if after > before else "downgrade"

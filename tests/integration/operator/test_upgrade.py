@@ -8,6 +8,7 @@ v25.3.4 throughout: only the chart, its CRDs and the ClusterPolicy come from v26
 """
 
 import datetime
+import shutil
 
 import pytest
 from kubernetes import client
@@ -151,3 +152,21 @@ def test_upgrade_to_v26_keeps_every_node_mig_layout(operator_sandbox):
     assert again.changed == 0, list(again.data["stats"].items())
     assert not ran(again, "Report the operator upgrade") and not ran(again, "Apply the target chart's CRDs")
     assert revision(operator_sandbox)[0] == new_revision
+
+
+def test_an_older_chart_is_refused_before_any_change(operator_sandbox, tmp_path):
+    """NVIDIA's v26.7.0 chart copied with an older version in its Chart.yaml (what `helm package --version` sets
+    on a published chart): the deployed chart is newer, so the run stops at the version check."""
+    older = tmp_path / "gpu-operator"
+    shutil.copytree(CHART_V26, older)
+    meta = (older / "Chart.yaml").read_text()
+    assert "\nversion: v1.0.0-devel\n" in meta, "the deployed chart's version this test orders against"
+    (older / "Chart.yaml").write_text(meta.replace("\nversion: v1.0.0-devel\n", "\nversion: v0.9.0\n"))
+    before = revision(operator_sandbox), crd_versions(operator_sandbox)
+    result = operator_sandbox.site("--tags", "operator", extra_vars=dict(UPGRADE, gpu_operator_chart_ref=str(older)))
+    assert result.rc != 0, result
+    message = " ".join(result.failure_messages())
+    assert "GPU Operator downgrade: release gpu-operator/gpu-operator runs gpu-operator-v1.0.0-devel" in message, message
+    assert "is gpu-operator-v0.9.0" in message and "gpu_operator_allow_downgrade=true" in message, message
+    assert not ran(result, "Refuse the upgrade while MIG changes run or the operator is not ready")
+    assert revision(operator_sandbox) == before[0] and crd_versions(operator_sandbox) == before[1]
