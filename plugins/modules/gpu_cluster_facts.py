@@ -27,6 +27,7 @@ author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
+  - gpufleet.gpu_operator.prometheus
 options:
   label_selector:
     description: Only nodes matching this Kubernetes label selector.
@@ -377,7 +378,8 @@ def read_metrics(module, pods):
     try:
         if params["prometheus_url"]:
             samples = dcgm_metrics.query_prometheus(params["prometheus_url"], params["window"],
-                                                    timeout=params["metrics_timeout"])
+                                                    timeout=params["metrics_timeout"],
+                                                    auth=dcgm_metrics.prometheus_auth(params))
             source = "prometheus"
         elif params["dcgm_endpoints"]:
             samples = dcgm_metrics.scrape_endpoints(params["dcgm_endpoints"], timeout=params["metrics_timeout"],
@@ -434,8 +436,11 @@ def main():
         stuck_after=dict(type="int", default=900),
         formats=dict(type="list", elements="str", choices=["table", "html"], default=["table"]),
         metrics_timeout=dict(type="int", default=10),
+        **dcgm_metrics.PROMETHEUS_AUTH_SPEC
     ), numbers={"metrics_timeout": {"above": 0}, "dcgm_port": {"minimum": 1, "maximum": 65535}},
-        supports_check_mode=True, mutually_exclusive=[("prometheus_url", "dcgm_endpoints")])
+        supports_check_mode=True,
+        mutually_exclusive=[("prometheus_url", "dcgm_endpoints")] + dcgm_metrics.PROMETHEUS_AUTH_EXCLUSIVE,
+        required_together=dcgm_metrics.PROMETHEUS_AUTH_TOGETHER)
     params = module.params
     if params["window"] <= 0 or params["stuck_after"] < 0 or not 0 <= params["idle_below"] <= 1:
         module.fail_json(msg="window must be > 0, stuck_after >= 0 and idle_below within 0..1 (got %s, %s, %s)"

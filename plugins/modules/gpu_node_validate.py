@@ -22,6 +22,7 @@ description:
   - Read-only; reports problems without failing unless O(fail_on_problems=true).
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
+  - gpufleet.gpu_operator.prometheus
   - gpufleet.gpu_operator.attributes.no_diff
 options:
   nodes:
@@ -58,10 +59,6 @@ options:
   prometheus_url:
     description: Base URL of the Prometheus that scrapes the dcgm-exporter pods (for example V(http://prometheus:9090)).
     type: str
-  prometheus_validate_certs:
-    description: Verify the TLS certificate of O(prometheus_url).
-    type: bool
-    default: true
   namespace:
     description: Namespace of the operator's operand pods.
     type: str
@@ -173,8 +170,7 @@ def hardware_entries(module):
     if params["hardware_source"] != "dcgm":
         return params["nodes"]
     try:
-        by_node = dcgm.hardware_by_node(metrics.query_layout(
-            params["prometheus_url"], validate_certs=params["prometheus_validate_certs"]))
+        by_node = dcgm.hardware_by_node(metrics.query_layout(params["prometheus_url"], auth=metrics.prometheus_auth(params)))
     except metrics.MetricsError as exc:
         module.fail_json(msg="hardware_source=dcgm: %s; nothing was checked" % exc)
     source = "Prometheus %s" % params["prometheus_url"]
@@ -229,11 +225,12 @@ def main():
         )),
         hardware_source=dict(type="str", choices=["given", "dcgm"], default="given"),
         prometheus_url=dict(type="str"),
-        prometheus_validate_certs=dict(type="bool", default=True),
         namespace=dict(type="str", default="gpu-operator"),
         fail_on_problems=dict(type="bool", default=False),
+        **metrics.PROMETHEUS_AUTH_SPEC
     ), names={"namespace": "namespace", "nodes[].name": "name"},
         required_if=[("hardware_source", "dcgm", ("prometheus_url",))],
+        mutually_exclusive=metrics.PROMETHEUS_AUTH_EXCLUSIVE, required_together=metrics.PROMETHEUS_AUTH_TOGETHER,
         supports_check_mode=True)
     module.run(validate, node=[entry["name"] for entry in module.params["nodes"]])
 

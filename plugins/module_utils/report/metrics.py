@@ -30,6 +30,32 @@ class MetricsError(Exception):
     """The metrics source answered badly or not at all (message names the URL)."""
 
 
+# How a module reaches a Prometheus that is not open to all: a bearer token (a Prometheus behind kube-rbac-proxy or
+# an OAuth proxy, as on OpenShift), basic auth (Prometheus' own web config), a CA bundle for a private TLS CA.
+PROMETHEUS_AUTH_SPEC = dict(
+    prometheus_validate_certs=dict(type="bool", default=True),
+    prometheus_ca_path=dict(type="path"),
+    prometheus_token=dict(type="str", no_log=True),
+    prometheus_username=dict(type="str"),
+    prometheus_password=dict(type="str", no_log=True),
+)
+PROMETHEUS_AUTH_EXCLUSIVE = [("prometheus_token", "prometheus_username")]
+PROMETHEUS_AUTH_TOGETHER = [("prometheus_username", "prometheus_password")]
+
+
+def prometheus_auth(params):
+    """open_url's keyword arguments from a module's PROMETHEUS_AUTH_SPEC options."""
+    auth = {"validate_certs": params.get("prometheus_validate_certs", True)}
+    if params.get("prometheus_ca_path"):
+        auth["ca_path"] = params["prometheus_ca_path"]
+    if params.get("prometheus_token"):
+        auth["headers"] = {"Authorization": "Bearer %s" % params["prometheus_token"]}
+    if params.get("prometheus_username"):
+        auth.update(url_username=params["prometheus_username"], url_password=params.get("prometheus_password") or "",
+                    force_basic_auth=True)
+    return auth
+
+
 def _int_or_none(value):
     try:
         return int(value)
@@ -51,13 +77,16 @@ def sample_from_labels(metric, labels, value):
             "metric": metric, "value": float(value), "pod": pod or None}
 
 
-def _instant_query(base_url, query, metric, timeout, validate_certs):
+def _instant_query(base_url, query, metric, timeout, auth):
     url = "%s/api/v1/query?%s" % (base_url.rstrip("/"), urlencode({"query": query}))
     try:
-        response = open_url(url, timeout=timeout, validate_certs=validate_certs)
+        response = open_url(url, timeout=timeout, **auth)
         body = json.loads(response.read())
     except Exception as exc:  # URLError, HTTPError, socket errors, bad JSON: all mean "no data from here"
-        raise MetricsError("Prometheus query %s failed: %s" % (url, exc))
+        hint = ""
+        if getattr(exc, "code", None) in (401, 403):
+            hint = " (Prometheus refused the credentials: prometheus_token or prometheus_username/prometheus_password)"
+        raise MetricsError("Prometheus query %s failed: %s%s" % (url, exc, hint))
     if not isinstance(body, dict):
         raise MetricsError("Prometheus query %s: the answer is not a JSON object" % url)
     if body.get("status") != "success":
@@ -78,12 +107,12 @@ def _instant_query(base_url, query, metric, timeout, validate_certs):
     return samples
 
 
-def query_prometheus(base_url, window_s, timeout=10, validate_certs=True):
-    """Samples of every MIG-relevant metric over the window, through /api/v1/query."""
+def query_prometheus(base_url, window_s, timeout=10, auth=None):
+    """Samples of every MIG-relevant metric over the window, through /api/v1/query (``auth``: prometheus_auth())."""
     samples = []
     for metric in METRICS:
         query = "%s(%s[%ds])" % (WINDOW_FUNCTION[metric], metric, int(window_s))
-        samples.extend(_instant_query(base_url, query, metric, timeout, validate_certs))
+        samples.extend(_instant_query(base_url, query, metric, timeout, auth or {}))
     return samples
 
 
@@ -93,9 +122,9 @@ def query_prometheus(base_url, window_s, timeout=10, validate_certs=True):
 LAYOUT_METRIC = "DCGM_FI_DEV_FB_USED"
 
 
-def query_layout(base_url, timeout=10, validate_certs=True):
+def query_layout(base_url, timeout=10, auth=None):
     """Samples of the layout metric as last scraped, for every exporter Prometheus scrapes (one request)."""
-    return _instant_query(base_url, LAYOUT_METRIC, LAYOUT_METRIC, timeout, validate_certs)
+    return _instant_query(base_url, LAYOUT_METRIC, LAYOUT_METRIC, timeout, auth or {})
 
 
 _LINE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\d+)?$')
