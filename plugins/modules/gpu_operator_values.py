@@ -76,6 +76,28 @@ options:
   device_plugin_config_default:
     description: Key of O(device_plugin_config) used on nodes without a C(nvidia.com/device-plugin.config) label.
     type: str
+  values_files:
+    description:
+      - Helm values files on the controller, merged in order over the role's own values and before O(extra_values),
+        as C(helm -f) merges them (a later file wins; maps merge, anything else is replaced).
+      - The same checks as for O(extra_values) apply to each file, and a problem names the file. A file must be a
+        YAML mapping of at most 1 MiB.
+    type: list
+    elements: path
+    default: []
+  image_registry:
+    description:
+      - A registry that mirrors the chart's images (air-gapped sites), as C(host[:port][/path]). Every image repository
+        of the chart (NVIDIA's C(nvcr.io/nvidia/...) and NFD's C(registry.k8s.io/nfd/...)) keeps its path below the new
+        host, for example C(nvcr.io/nvidia/k8s) becomes C(registry.example.com/mirror/nvidia/k8s).
+    type: str
+  image_pull_secrets:
+    description:
+      - Names of image pull Secrets (type C(kubernetes.io/dockerconfigjson), in the operator's namespace) set on
+        the operator and on every operand the ClusterPolicy deploys, and on NFD.
+    type: list
+    elements: str
+    default: []
   extra_values:
     description:
       - Further chart values, merged last. Keys the dedicated options own must not disagree with them.
@@ -201,6 +223,58 @@ def dump_yaml(data):
     return yaml.safe_dump(data, default_flow_style=False, sort_keys=False)
 
 
+MAX_VALUES_FILE = 1024 * 1024
+MAX_VALUES_NODES = 100000  # a chart's values.yaml has about 1000; YAML aliases can make a small file expand without end
+
+
+def _too_big(tree, limit=MAX_VALUES_NODES):
+    """Whether ``tree`` expands to more than ``limit`` nodes, counted without expanding it past the limit."""
+    stack, seen = [tree], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+def read_values_files(paths):
+    """([{path, values}], problems): each file read as YAML; a missing, huge, unreadable or non-mapping file is a
+    problem naming it (the whole list is checked before anything changes)."""
+    loaded, problems = [], []
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                text = handle.read(MAX_VALUES_FILE + 1)
+        except (IOError, OSError) as exc:
+            problems.append("values file %s cannot be read: %s" % (path, exc.strerror or exc))
+            continue
+        if len(text) > MAX_VALUES_FILE:
+            problems.append("values file %s is larger than %d bytes" % (path, MAX_VALUES_FILE))
+            continue
+        try:
+            values = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            problems.append("values file %s is not valid YAML%s: %s" % (
+                path, " (line %d)" % (mark.line + 1) if mark else "", getattr(exc, "problem", None) or exc))
+            continue
+        if values is None:
+            values = {}
+        if _too_big(values):
+            problems.append("values file %s expands to more than %d values (YAML aliases?)" % (path, MAX_VALUES_NODES))
+            continue
+        if not isinstance(values, dict) or not all(isinstance(k, str) for k in values):
+            problems.append("values file %s must be a mapping of chart values, got %s" % (path, type(values).__name__))
+            continue
+        loaded.append({"path": path, "values": values})
+    return loaded, problems
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -218,6 +292,9 @@ def main():
             device_plugin_config=dict(type="dict"),
             device_plugin_config_name=dict(type="str", default="gpufleet-device-plugin-config"),
             device_plugin_config_default=dict(type="str"),
+            values_files=dict(type="list", elements="path", default=[]),
+            image_registry=dict(type="str"),
+            image_pull_secrets=dict(type="list", elements="str", default=[]),
             extra_values=dict(type="dict", default={}),
             gpu_models=dict(type="list", elements="str", default=[]),
         ),
@@ -226,10 +303,11 @@ def main():
     if not HAS_YAML:
         module.fail_json(msg="PyYAML is required")
     settings = dict(module.params)
+    settings["values_files"], file_problems = read_values_files(settings["values_files"])
     mig_problems, config_names, mixed_configs = [], [], []
     if settings["mig_config"] is not None:
         mig_problems, config_names, mixed_configs = mig_config_findings(settings["mig_config"], settings["gpu_models"])
-    problems = settings_problems(settings, mig_problems)
+    problems = file_problems + settings_problems(settings, mig_problems)
     if problems:
         module.fail_json(msg="GPU Operator settings rejected before any change: " + "; ".join(problems), problems=problems)
     if settings["mig_config"] is not None and not settings["gpu_models"]:

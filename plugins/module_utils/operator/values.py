@@ -46,6 +46,46 @@ DEPRECATED_VALUES = {
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
+# Every image repository of chart v26.7.0 (deployments/gpu-operator/values.yaml, NFD subchart included) with its
+# default; a unit test compares them with that file. A mirror keeps each image's path below the registry host, as
+# NVIDIA's air-gapped install guide has it
+# (https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/install-gpu-operator-air-gapped.html).
+IMAGE_REPOSITORIES = {
+    "validator.repository": "nvcr.io/nvidia", "operator.repository": "nvcr.io/nvidia",
+    "driver.repository": "nvcr.io/nvidia", "driver.manager.repository": "nvcr.io/nvidia/cloud-native",
+    "toolkit.repository": "nvcr.io/nvidia/k8s", "devicePlugin.repository": "nvcr.io/nvidia",
+    "dcgm.repository": "nvcr.io/nvidia/cloud-native", "dcgmExporter.repository": "nvcr.io/nvidia/k8s",
+    "gfd.repository": "nvcr.io/nvidia", "migManager.repository": "nvcr.io/nvidia/cloud-native",
+    "nodeStatusExporter.repository": "nvcr.io/nvidia", "gds.repository": "nvcr.io/nvidia/cloud-native",
+    "gdrcopy.repository": "nvcr.io/nvidia/cloud-native",
+    "vgpuManager.driverManager.repository": "nvcr.io/nvidia/cloud-native",
+    "vgpuDeviceManager.repository": "nvcr.io/nvidia/cloud-native", "vfioManager.repository": "nvcr.io/nvidia/cloud-native",
+    "vfioManager.driverManager.repository": "nvcr.io/nvidia/cloud-native",
+    "sandboxDevicePlugin.repository": "nvcr.io/nvidia", "kataSandboxDevicePlugin.repository": "nvcr.io/nvidia/cloud-native",
+    "ccManager.repository": "nvcr.io/nvidia/cloud-native", "draDriver.repository": "nvcr.io/nvidia",
+    "node-feature-discovery.image.repository": "registry.k8s.io/nfd/node-feature-discovery",
+}
+# Components whose pods take imagePullSecrets from the chart (templates/clusterpolicy.yaml and operator.yaml:
+# a list of Secret names); the NFD subchart takes [{name: ...}] at its top level.
+PULL_SECRET_COMPONENTS = (
+    "validator", "operator", "driver", "toolkit", "devicePlugin", "dcgm", "dcgmExporter", "gfd", "migManager",
+    "nodeStatusExporter", "gds", "gdrcopy", "vgpuManager", "vgpuDeviceManager", "vfioManager", "kataManager",
+    "sandboxDevicePlugin", "kataSandboxDevicePlugin", "ccManager", "draDriver",
+)
+_REGISTRY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+
+
+def _nest(path, value):
+    tree = value
+    for key in reversed(path.split(".")):
+        tree = {key: tree}
+    return tree
+
+
+def mirrored_repository(registry, default):
+    """``default`` (host/path) with its host replaced by ``registry`` (host[:port][/path])."""
+    return "%s/%s" % (registry.rstrip("/"), default.split("/", 1)[1])
+
 
 class OperatorSettingsError(ValueError):
     """Settings that must not reach the cluster; ``problems`` lists every reason."""
@@ -148,23 +188,46 @@ def settings_problems(settings, mig_config_problems=None):
                             % (default, ", ".join(sorted(configs))))
     elif settings.get("device_plugin_config_default"):
         problems.append("device_plugin_config_default is set but device_plugin_config is empty")
-    extra = settings.get("extra_values") or {}
-    if not isinstance(extra, dict):
-        problems.append("extra_values must be a mapping")
-        extra = {}
-    unknown = sorted(set(extra) - KNOWN_TOP_LEVEL_KEYS)
-    if unknown:
-        problems.append("extra_values has key(s) %s that the GPU Operator chart does not know" % ", ".join(unknown))
+    registry = settings.get("image_registry")
+    if registry and (not isinstance(registry, str) or not _REGISTRY.match(registry)):
+        problems.append("image_registry %r is not a registry host[:port][/path] (e.g. registry.example.com:5000/nvidia-mirror)"
+                        % (registry,))
+    secrets = settings.get("image_pull_secrets") or []
+    if not isinstance(secrets, list):
+        problems.append("image_pull_secrets must be a list of Secret names")
+    else:
+        for name in secrets:
+            _check_k8s_name("image_pull_secrets entry", name, problems)
     owned = _flatten(_owned_values(settings))
     owned.pop("migManager.env", None)  # extra env entries are appended, see build_values
-    extra_env = _get(extra, ("migManager", "env")) or []
-    if any(isinstance(entry, dict) and entry.get("name") == "WITH_REBOOT" for entry in extra_env):
-        problems.append("extra_values sets migManager.env WITH_REBOOT; use the mig_with_reboot setting instead")
-    for path, value in sorted(_flatten(extra).items()):
-        if path in owned and owned[path] != value:
-            problems.append("extra_values sets %s=%r but the role variable for it says %r; set it once"
-                            % (path, value, owned[path]))
+    for where, layer in _value_layers(settings, problems):
+        unknown = sorted(set(layer) - KNOWN_TOP_LEVEL_KEYS)
+        if unknown:
+            problems.append("%s has key(s) %s that the GPU Operator chart does not know" % (where, ", ".join(unknown)))
+        layer_env = _get(layer, ("migManager", "env")) or []
+        if any(isinstance(entry, dict) and entry.get("name") == "WITH_REBOOT" for entry in layer_env):
+            problems.append("%s sets migManager.env WITH_REBOOT; use the mig_with_reboot setting instead" % where)
+        for path, value in sorted(_flatten(layer).items()):
+            if path in owned and owned[path] != value:
+                problems.append("%s sets %s=%r but the role variable for it says %r; set it once"
+                                % (where, path, value, owned[path]))
     return problems
+
+
+def _value_layers(settings, problems=None):
+    """[(where, values)] merged over the role's own values, in order: each values file, then extra_values."""
+    layers = []
+    for entry in settings.get("values_files") or []:
+        layers.append(("values file %s" % entry.get("path"), entry.get("values") or {}))
+    layers.append(("extra_values", settings.get("extra_values") or {}))
+    checked = []
+    for where, layer in layers:
+        if not isinstance(layer, dict):
+            if problems is not None:
+                problems.append("%s must be a mapping of chart values, got %s" % (where, type(layer).__name__))
+            continue
+        checked.append((where, layer))
+    return checked
 
 
 def _owned_values(settings):
@@ -186,21 +249,32 @@ def _owned_values(settings):
         },
     }
     if settings.get("device_plugin_config") is not None:
-        values["devicePlugin"] = {"config": {
+        values["devicePlugin"] = dict(values.get("devicePlugin") or {}, config={
             "name": settings.get("device_plugin_config_name"),
             "default": settings.get("device_plugin_config_default") or "",
-        }}
+        })
+    registry = settings.get("image_registry")
+    if registry and isinstance(registry, str):
+        for path, default in IMAGE_REPOSITORIES.items():
+            values = deep_merge(values, _nest(path, mirrored_repository(registry, default)))
+    secrets = settings.get("image_pull_secrets")
+    if secrets and isinstance(secrets, list):
+        for component in PULL_SECRET_COMPONENTS:
+            values = deep_merge(values, {component: {"imagePullSecrets": list(secrets)}})
+        values = deep_merge(values, {"node-feature-discovery": {"imagePullSecrets": [{"name": s} for s in secrets]}})
     return values
 
 
 def build_values(settings):
-    """Helm values for the chart: the role's own settings, then extra_values merged on top."""
+    """Helm values for the chart: the role's own settings, then each values file and extra_values merged on top."""
     owned = _owned_values(settings)
-    extra = settings.get("extra_values") or {}
-    values = deep_merge(owned, extra)
-    extra_env = _get(extra, ("migManager", "env"))
-    if extra_env:
-        values["migManager"]["env"] = owned["migManager"]["env"] + list(extra_env)
+    values = copy.deepcopy(owned)
+    env = list(owned["migManager"]["env"])
+    for _where, layer in _value_layers(settings):
+        values = deep_merge(values, layer)
+        env += list(_get(layer, ("migManager", "env")) or [])
+    if env:
+        values["migManager"]["env"] = env
     return values
 
 
@@ -244,16 +318,14 @@ _MISSING = object()
 
 def settings_warnings(settings):
     """Warnings (not errors) about the settings: chart values that are deprecated and do nothing."""
-    extra = settings.get("extra_values") or {}
-    if not isinstance(extra, dict):
-        return []
     warnings = []
-    for path, why in sorted(DEPRECATED_VALUES.items()):
-        node = extra
-        for key in path.split("."):
-            node = node.get(key, _MISSING) if isinstance(node, dict) else _MISSING
-        if node is not _MISSING:
-            warnings.append("extra_values sets %s=%r, which %s" % (path, node, why))
+    for where, layer in _value_layers(settings):
+        for path, why in sorted(DEPRECATED_VALUES.items()):
+            node = layer
+            for key in path.split("."):
+                node = node.get(key, _MISSING) if isinstance(node, dict) else _MISSING
+            if node is not _MISSING:
+                warnings.append("%s sets %s=%r, which %s" % (where, path, node, why.replace("extra_values", where)))
     return warnings + device_plugin_config_warnings(settings)
 
 

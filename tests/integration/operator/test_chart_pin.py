@@ -78,6 +78,41 @@ def test_role_values_render_against_nvidia_chart(inventory, chart, tmp_path):
     assert len(operator) == 1
 
 
+def test_a_registry_mirror_pull_secrets_and_values_files_reach_every_image_nvidia_s_chart_renders(tmp_path):
+    """An air-gapped install: the role's values rendered by NVIDIA's v26.7.0 chart name the mirror in every image and
+    repository it renders (operator, ClusterPolicy operands, NFD) and the pull Secret on every pod spec it renders."""
+    if not (CHART_V26 / "Chart.yaml").exists():
+        pytest.fail("NVIDIA's v26.7.0 chart not at %s (set GPUFLEET_NVIDIA_DIR)" % CHART_V26)
+    site = tmp_path / "site-values.yaml"
+    site.write_text("cdi:\n  enabled: false\nnfd:\n  enabled: true\n")
+    data = rendered_values("example", tmp_path, {
+        "gpu_operator_image_registry": "mirror.example.com:5000/gpu", "gpu_operator_image_pull_secrets": ["mirror-pull"],
+        "gpu_operator_values_files": [str(site)]})
+    docs = helm_template(CHART_V26, data["values"], tmp_path)
+    images = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "image" and isinstance(value, str):
+                    images.append(value)
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+    for doc in docs:
+        walk(doc)
+    assert len(images) >= 3 and all(i.startswith("mirror.example.com:5000/gpu/") for i in images), images
+    spec = next(d for d in docs if d.get("kind") == "ClusterPolicy")["spec"]
+    repositories = dict((k, v["repository"]) for k, v in spec.items() if isinstance(v, dict) and v.get("repository"))
+    assert len(repositories) >= 10 and all(r.startswith("mirror.example.com:5000/gpu/nvidia") for r in repositories.values())
+    assert spec["cdi"]["enabled"] is False, "the values file reached the chart"
+    assert all(spec[k].get("imagePullSecrets") == ["mirror-pull"] for k in ("driver", "toolkit", "devicePlugin",
+                                                                             "migManager", "gfd", "dcgmExporter", "validator"))
+    pods = [d["spec"]["template"]["spec"] for d in docs if d.get("kind") in ("Deployment", "DaemonSet")]
+    assert pods and all(p.get("imagePullSecrets") == [{"name": "mirror-pull"}] for p in pods), pods
+
+
 # Every ClusterPolicy change the role makes: strategy, MIG Manager config and env, device-plugin config.
 PATCH_VARS = {
     "gpu_operator_mig_strategy": "single",

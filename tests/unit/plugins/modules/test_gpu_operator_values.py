@@ -33,3 +33,29 @@ def test_mig_config_without_models_is_checked_for_syntax_only_with_a_warning(tmp
     result = run_module(tmp_path, "gpu_operator_values", mig_config=config)
     assert not result.get("failed")
     assert any("checked for syntax only" in w for w in warnings(result))
+
+
+def test_values_files_are_read_and_each_bad_one_is_named(tmp_path):
+    good = tmp_path / "site.yaml"
+    good.write_text("cdi:\n  enabled: false\ndcgmExporter:\n  serviceMonitor:\n    enabled: true\n")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("cdi: [unclosed\n")
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- a\n- b\n")
+    bomb = tmp_path / "bomb.yaml"
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += ["a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]" % ((i, i) + (i - 1,) * 10)
+              for i in range(1, 9)]
+    bomb.write_text("\n".join(lines) + "\n")
+    result = run_module(tmp_path, "gpu_operator_values", values_files=[str(good)])
+    assert not result.get("failed"), result
+    assert result["values"]["cdi"] == {"enabled": False}
+    result = run_module(tmp_path, "gpu_operator_values",
+                        values_files=[str(good), str(broken), str(listed), str(bomb), str(tmp_path / "missing.yaml")])
+    assert result["failed"] and "Traceback" not in result["msg"]
+    assert [p.split(" ", 3)[2] for p in result["problems"]] == [str(broken), str(listed), str(bomb),
+                                                                  str(tmp_path / "missing.yaml")]
+    assert "not valid YAML (line 2)" in result["problems"][0]
+    assert "must be a mapping of chart values, got list" in result["problems"][1]
+    assert "expands to more than 100000 values" in result["problems"][2]
+    assert "cannot be read: No such file or directory" in result["problems"][3]

@@ -2,6 +2,7 @@
 values against NVIDIA's real chart (gpu-operator v26.7.0 values.yaml, test data in ../shared/nvidia)."""
 
 import os
+import re
 
 import pytest
 import yaml
@@ -202,3 +203,65 @@ def test_custom_mig_configmap_key_is_config_yaml():
     maps = values.configmaps(_settings(mig_config={"version": "v1", "mig-configs": {}}, mig_config_name="x"),
                              "gpu-operator", yaml.safe_dump)
     assert list(maps[0]["data"]) == ["config.yaml"]
+
+
+def _flat(tree, prefix=""):
+    for key, value in tree.items():
+        path = "%s.%s" % (prefix, key) if prefix else key
+        if isinstance(value, dict):
+            yield from _flat(value, path)
+        else:
+            yield path, value
+
+
+def test_the_mirrored_repositories_and_pull_secrets_are_every_one_of_the_charts():
+    subchart = os.path.join(os.path.dirname(CHART_VALUES), "charts", "node-feature-discovery", "values.yaml")
+    with open(subchart) as handle:
+        nfd = yaml.safe_load(handle)
+    assert nfd["imagePullSecrets"] == [], "NFD takes [{name: ...}] at its top level"
+    chart = dict(_flat(values.deep_merge(_chart_values(), {"node-feature-discovery": nfd})))
+    repositories = dict((p, v) for p, v in chart.items() if p.endswith("repository") and v)
+    assert values.IMAGE_REPOSITORIES == repositories
+    secrets = set(p.rsplit(".", 1)[0] for p in chart if p.endswith(".imagePullSecrets") and "." not in p.rsplit(".", 1)[0])
+    template = open(os.path.join(os.path.dirname(CHART_VALUES), "templates", "clusterpolicy.yaml")).read()
+    in_template = set(re.findall(r"\.Values\.([A-Za-z]+)\.imagePullSecrets", template)) | {"operator"}
+    assert set(values.PULL_SECRET_COMPONENTS) == (secrets - {"node-feature-discovery"}) | in_template
+
+
+def test_a_registry_mirror_and_pull_secrets_reach_every_image():
+    built = values.build_values(_settings(image_registry="registry.example.com:5000/mirror",
+                                          image_pull_secrets=["nvcr-mirror"]))
+    flat = dict(_flat(built))
+    assert flat["toolkit.repository"] == "registry.example.com:5000/mirror/nvidia/k8s"
+    assert flat["node-feature-discovery.image.repository"] == "registry.example.com:5000/mirror/nfd/node-feature-discovery"
+    assert all(flat[p].startswith("registry.example.com:5000/mirror/") for p in values.IMAGE_REPOSITORIES)
+    assert all(flat["%s.imagePullSecrets" % c] == ["nvcr-mirror"] for c in values.PULL_SECRET_COMPONENTS)
+    assert built["node-feature-discovery"]["imagePullSecrets"] == [{"name": "nvcr-mirror"}]
+
+
+def test_bad_registry_and_secret_names_and_contradicting_layers_are_refused():
+    problems = values.settings_problems(_settings(image_registry="https://registry.example.com",
+                                                  image_pull_secrets=["Bad_Name"]))
+    assert problems == ["image_registry 'https://registry.example.com' is not a registry host[:port][/path] "
+                        "(e.g. registry.example.com:5000/nvidia-mirror)",
+                        "image_pull_secrets entry 'Bad_Name' is not a valid Kubernetes object name"]
+    problems = values.settings_problems(_settings(
+        image_registry="mirror.example.com",
+        values_files=[{"path": "/etc/gpu/site.yaml", "values": {"toolkit": {"repository": "other.example.com/k8s"},
+                                                                 "psp": {}}},
+                      {"path": "/etc/gpu/pool.yaml", "values": {"mig": {"strategy": "single"}}}]))
+    assert problems == [
+        "values file /etc/gpu/site.yaml has key(s) psp that the GPU Operator chart does not know",
+        "values file /etc/gpu/site.yaml sets toolkit.repository='other.example.com/k8s' but the role variable for it "
+        "says 'mirror.example.com/nvidia/k8s'; set it once",
+        "values file /etc/gpu/pool.yaml sets mig.strategy='single' but the role variable for it says 'mixed'; set it once"]
+
+
+def test_values_files_merge_in_order_before_extra_values():
+    built = values.build_values(_settings(
+        values_files=[{"path": "a.yaml", "values": {"dcgm": {"enabled": True, "version": "1"}, "cdi": {"enabled": False}}},
+                      {"path": "b.yaml", "values": {"dcgm": {"version": "2"}, "migManager": {"env": [{"name": "A", "value": "1"}]}}}],
+        extra_values={"dcgm": {"version": "3"}, "migManager": {"env": [{"name": "B", "value": "2"}]}}, mig_with_reboot=True))
+    assert built["dcgm"] == {"enabled": True, "version": "3"} and built["cdi"] == {"enabled": False}
+    assert built["migManager"]["env"] == [{"name": "WITH_REBOOT", "value": "true"}, {"name": "A", "value": "1"},
+                                          {"name": "B", "value": "2"}]
