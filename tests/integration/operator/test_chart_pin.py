@@ -89,19 +89,8 @@ def test_a_registry_mirror_pull_secrets_and_values_files_reach_every_image_nvidi
         "gpu_operator_image_registry": "mirror.example.com:5000/gpu", "gpu_operator_image_pull_secrets": ["mirror-pull"],
         "gpu_operator_values_files": [str(site)]})
     docs = helm_template(CHART_V26, data["values"], tmp_path)
-    images = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "image" and isinstance(value, str):
-                    images.append(value)
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-    for doc in docs:
-        walk(doc)
+    pods = [d["spec"]["template"]["spec"] for d in docs if d.get("kind") in ("Deployment", "DaemonSet", "Job")]
+    images = [c["image"] for p in pods for c in p.get("containers", []) + p.get("initContainers", [])]
     assert len(images) >= 3 and all(i.startswith("mirror.example.com:5000/gpu/") for i in images), images
     spec = next(d for d in docs if d.get("kind") == "ClusterPolicy")["spec"]
     repositories = dict((k, v["repository"]) for k, v in spec.items() if isinstance(v, dict) and v.get("repository"))
@@ -109,8 +98,7 @@ def test_a_registry_mirror_pull_secrets_and_values_files_reach_every_image_nvidi
     assert spec["cdi"]["enabled"] is False, "the values file reached the chart"
     assert all(spec[k].get("imagePullSecrets") == ["mirror-pull"] for k in ("driver", "toolkit", "devicePlugin",
                                                                              "migManager", "gfd", "dcgmExporter", "validator"))
-    pods = [d["spec"]["template"]["spec"] for d in docs if d.get("kind") in ("Deployment", "DaemonSet")]
-    assert pods and all(p.get("imagePullSecrets") == [{"name": "mirror-pull"}] for p in pods), pods
+    assert all(p.get("imagePullSecrets") == [{"name": "mirror-pull"}] for p in pods), pods
 
 
 # Every ClusterPolicy change the role makes: strategy, MIG Manager config and env, device-plugin config.
