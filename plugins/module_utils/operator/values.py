@@ -200,7 +200,17 @@ def settings_problems(settings, mig_config_problems=None):
             _check_k8s_name("image_pull_secrets entry", name, problems)
     owned = _flatten(_owned_values(settings))
     owned.pop("migManager.env", None)  # extra env entries are appended, see build_values
-    for where, layer in _value_layers(settings, problems):
+    layers = _value_layers(settings, problems)
+    merged = {}
+    for _where, layer in layers:
+        merged = deep_merge(merged, layer)
+    if _get(merged, ("clusterPolicy", "deployCR"), True) is not True or _get(merged, ("gpuCluster", "deployCR"), False):
+        problems.append(
+            "clusterPolicy.deployCR=%s, gpuCluster.deployCR=%s: chart v26.7.0 then deploys the GPUCluster (DRA) stack, "
+            "which its values.yaml marks experimental, instead of the ClusterPolicy this collection installs, validates "
+            "and changes MIG layouts through (MIG Manager, device plugin, GFD); keep clusterPolicy.deployCR=true"
+            % (_get(merged, ("clusterPolicy", "deployCR"), True), _get(merged, ("gpuCluster", "deployCR"), False)))
+    for where, layer in layers:
         unknown = sorted(set(layer) - KNOWN_TOP_LEVEL_KEYS)
         if unknown:
             problems.append("%s has key(s) %s that the GPU Operator chart does not know" % (where, ", ".join(unknown)))

@@ -265,3 +265,14 @@ def test_values_files_merge_in_order_before_extra_values():
     assert built["dcgm"] == {"enabled": True, "version": "3"} and built["cdi"] == {"enabled": False}
     assert built["migManager"]["env"] == [{"name": "WITH_REBOOT", "value": "true"}, {"name": "A", "value": "1"},
                                           {"name": "B", "value": "2"}]
+
+
+@pytest.mark.parametrize("layer", [{"clusterPolicy": {"deployCR": False}},
+                                   {"clusterPolicy": {"deployCR": False}, "gpuCluster": {"deployCR": True}},
+                                   {"gpuCluster": {"deployCR": True}}])
+def test_the_gpucluster_dra_stack_is_refused_naming_both_settings(layer):
+    for settings in (_settings(extra_values=layer), _settings(values_files=[{"path": "dra.yaml", "values": layer}])):
+        problems = values.settings_problems(settings)
+        assert len(problems) == 1 and problems[0].startswith("clusterPolicy.deployCR=")
+        assert "gpuCluster.deployCR=" in problems[0] and "keep clusterPolicy.deployCR=true" in problems[0]
+    assert values.settings_problems(_settings(extra_values={"clusterPolicy": {"deployCR": True}})) == []
