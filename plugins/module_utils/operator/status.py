@@ -34,6 +34,11 @@ OPERANDS = (
 )
 OPERAND_NAMES = tuple(name for name, _app, _key, _default in OPERANDS)
 OPERAND_APP = dict((name, app) for name, app, _key, _default in OPERANDS)
+# With driver.nvidiaDriverCRD.enabled the driver runs from NVIDIADriver CRs, one DaemonSet per CR and node pool,
+# named nvidia-<type>-driver-<os>-<hash>; every driver pod, ClusterPolicy's or a CR's, carries this component label
+# (NVIDIA/gpu-operator v26.7.0 manifests/state-driver/0500_daemonset.yaml, assets/state-driver/0500_daemonset.yaml).
+COMPONENT_LABEL = "app.kubernetes.io/component"
+DRIVER_COMPONENTS = ("nvidia-driver", "nvidia-vgpu-host-manager")
 
 
 def enabled_operands(cluster_policy):
@@ -98,7 +103,10 @@ def node_report(node, operands, pods):
     for pod in pods:
         if (pod.get("spec") or {}).get("nodeName") != name:
             continue
-        app = (pod.get("metadata", {}).get("labels") or {}).get("app")
+        labels = pod.get("metadata", {}).get("labels") or {}
+        app = labels.get("app")
+        if app != OPERAND_APP["driver"] and labels.get(COMPONENT_LABEL) in DRIVER_COMPONENTS:
+            app = OPERAND_APP["driver"]  # an NVIDIADriver CR's driver pod
         by_app.setdefault(app, []).append(pod)
     report = {}
     for operand, label in sorted(expected_operands(node, operands).items()):
@@ -110,7 +118,8 @@ def node_report(node, operands, pods):
             continue
         candidates = by_app.get(OPERAND_APP[operand]) or []
         if not candidates:
-            report[operand] = "no %s pod on the node" % OPERAND_APP[operand]
+            report[operand] = "no %s pod on the node" % OPERAND_APP[operand] + (
+                " (nor one of an NVIDIADriver CR, %s=nvidia-driver)" % COMPONENT_LABEL if operand == "driver" else "")
             continue
         conditions = [pod_condition(pod) for pod in candidates]
         report[operand] = "ready" if "ready" in conditions else "pod %s: %s" % (

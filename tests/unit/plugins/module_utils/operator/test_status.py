@@ -59,3 +59,23 @@ def test_not_ready_report_names_node_and_operand():
 def test_missing_cluster_policy():
     result = assess(None, [node("a")], [])
     assert not result["ready"] and result["state"] == "ClusterPolicy cluster-policy not found"
+
+
+def test_driver_pods_of_nvidiadriver_crs_count_as_the_driver():
+    """driver.nvidiaDriverCRD.enabled: one DaemonSet per NVIDIADriver CR and node pool, its pods labelled as
+    NVIDIA/gpu-operator v26.7.0 manifests/state-driver/0500_daemonset.yaml labels them."""
+    def cr_driver_pod(node_name, app, component="nvidia-driver", ready=True):
+        made = pod(node_name, app, ready=ready)
+        made["metadata"]["labels"].update({"app.kubernetes.io/component": component, "nvidia.com/precompiled": "false"})
+        return made
+    nodes = [node("pool-a"), node("pool-b"), node("pool-c")]
+    pods = (all_pods("pool-a", skip=("driver",)) + [cr_driver_pod("pool-a", "nvidia-gpu-driver-ubuntu22.04-646cdfdb96")]
+            + all_pods("pool-b", skip=("driver",)) + [cr_driver_pod("pool-b", "nvidia-gpu-driver-ubuntu24.04-7c6d7bd86b",
+                                                                     ready=False)]
+            + all_pods("pool-c", skip=("driver",)))
+    result = assess(policy(driver={"enabled": True, "useNvidiaDriverCRD": True}), nodes, pods)
+    assert result["nodes"]["pool-a"]["driver"] == "ready"
+    assert result["nodes"]["pool-b"]["driver"] == ("pod nvidia-gpu-driver-ubuntu24.04-7c6d7bd86b-pool-b: "
+                                                   "Running, container c not ready")
+    assert result["nodes"]["pool-c"]["driver"] == ("no nvidia-driver-daemonset pod on the node (nor one of an "
+                                                   "NVIDIADriver CR, app.kubernetes.io/component=nvidia-driver)")
