@@ -3,7 +3,7 @@ TESTBED_NAME ?= gpufleet
 TESTBED_DIR ?= $(CURDIR)/.testbed
 TESTBED_CLUSTER = $(BIN)/python -m tests.testbed.cluster --name $(TESTBED_NAME) --dir $(TESTBED_DIR)
 
-.PHONY: testbed-build testbed-operator-build testbed-gfd-build testbed-up testbed-down testbed-status testbed-env
+.PHONY: testbed-build testbed-operator-build testbed-nvidia-build testbed-up testbed-down testbed-status testbed-env
 
 testbed-build: ## build or reuse the cached testbed binaries (k8s, etcd, kwok, helm; cold ~40 min on 2 cores)
 	tests/testbed/build.sh all
@@ -11,8 +11,8 @@ testbed-build: ## build or reuse the cached testbed binaries (k8s, etcd, kwok, h
 testbed-operator-build: ## build or reuse NVIDIA's GPU Operator controller v25.3.4 and extract its chart and assets
 	tests/testbed/build-operator.sh all
 
-testbed-gfd-build: gpusim-build ## build or reuse NVIDIA's GPU Feature Discovery v0.18.0 and the device-plugin config checker (cgo, so after gpusim-build's gcc)
-	tests/testbed/build-gfd.sh all
+testbed-nvidia-build: gpusim-build ## build or reuse, offline from ../shared/nvidia/src, NVIDIA's mig-parted v0.15.0 (nvidia-mig-manager, nvidia-mig-parted) and k8s-device-plugin v0.20.0 (nvidia-device-plugin, config-manager, gpu-feature-discovery, config checker); cgo, so after gpusim-build's gcc
+	tests/testbed/build-nvidia.sh all
 
 testbed-up: setup testbed-build ## start a kwokctl cluster on 127.0.0.1; kubeconfig in .testbed/kubeconfig
 	$(TESTBED_CLUSTER) up
@@ -26,4 +26,4 @@ testbed-status: setup ## health of each testbed component (exit 1 if one is unhe
 testbed-env: setup ## print exports (KUBECONFIG, PATH with the testbed binaries) for a shell: eval $$(make -s testbed-env)
 	@$(TESTBED_CLUSTER) env
 
-INTEGRATION_DEPS += testbed-build testbed-operator-build testbed-gfd-build
+INTEGRATION_DEPS += testbed-build testbed-operator-build testbed-nvidia-build

@@ -183,7 +183,7 @@ def test_new_node_gets_operator_labels_gfd_labels_and_gpus(gpu_cluster, add_gpu_
 
 
 def test_gfd_labels_are_nvidias_gfd_output(gpu_cluster, add_gpu_node):
-    """The agents label the node with what NVIDIA's GFD v0.18.0 binary writes for its simulated host (pytest_agents
+    """The agents label the node with what NVIDIA's GFD v0.20.0 binary writes for its simulated host (pytest_agents
     passes --gfd-binary); only gpu.mode differs (GFD reads it from sysfs, which the simulated host lacks)."""
     name = ready_node(gpu_cluster, add_gpu_node, "nvgfd", "A100-SXM4-40GB", 2)
     expected = oracle.run_gfd(gpu_cluster.state_path(name), nvml_lib_dir(), "mixed")

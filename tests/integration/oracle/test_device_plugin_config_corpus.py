@@ -1,7 +1,7 @@
 """Device-plugin configs: the gpu_operator role accepts a config exactly when NVIDIA's device plugin does.
 
-NVIDIA's side is its own code: api/config/v1 of github.com/NVIDIA/k8s-device-plugin v0.18.0 and the device
-plugin's start-up checks (tests/testbed/oracle/dpconfig, built by tests/testbed/build-gfd.sh), run with the
+NVIDIA's side is its own code: api/config/v1 of NVIDIA/k8s-device-plugin v0.20.0 and the device
+plugin's start-up checks (tests/testbed/oracle/dpconfig, built by tests/testbed/build-nvidia.sh), run with the
 environment the GPU Operator gives the device plugin (its DaemonSet asset, MIG_STRATEGY from the ClusterPolicy).
 The collection's side is the gpu_operator_values module the role runs. The corpus is
 tests/fixtures/device_plugin_configs/corpus.yaml; a rejection must name the config key and the field.

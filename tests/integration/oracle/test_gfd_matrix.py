@@ -3,7 +3,7 @@
 For every catalog model, MIG layout (MIG off, every config mig-parted generates from the hardware: all-enabled,
 all-balanced, each all-<profile>; and a mixed layout with one GPU in MIG mode and one not), MIG strategy
 (none/single/mixed) and time-slicing setting (off, 2 and 4 replicas, 4 with renameByDefault), NVIDIA's GFD
-v0.18.0 binary (``--oneshot``) reads the simulated host through the simulated libnvidia-ml.so.1. MPS (sharing.mps,
+v0.20.0 binary (``--oneshot``) reads the simulated host through the simulated libnvidia-ml.so.1. MPS (sharing.mps,
 2 and 4 replicas, renameByDefault on and off) runs where NVIDIA's device plugin accepts it: MIG off, strategies
 none and single (mixed: "using --mig-strategy=mixed is not supported with MPS"). On MIG layouts NVIDIA's GFD exits
 under MPS ("MPS sharing is not supported for mig devices"); mps_on_mig_refused checks that the simulated operands
@@ -51,7 +51,7 @@ CASES = [(model, layout) for model in sorted(hoststate.catalog()["models"]) for 
 def nvml_lib():
     lib = simhost.library_dir()
     simhost.preload_library(lib)  # the agents' hardware module talks to the simulated host in this process
-    oracle.binary("gfd")
+    oracle.binary("gpu-feature-discovery")
     return lib
 
 
@@ -195,4 +195,4 @@ def test_matrix_covers_the_catalog():
             assert {"mig-off", "all-enabled", "all-balanced", "mixed-layout"} | profiles <= names, (model, names)
         else:
             assert names == {"mig-off"}
-    assert os.path.exists(oracle.binary("gfd"))
+    assert os.path.exists(oracle.binary("gpu-feature-discovery"))

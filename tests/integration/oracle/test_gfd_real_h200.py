@@ -1,9 +1,10 @@
 """NVIDIA's GFD on the simulated H200 writes what it wrote on a real H200.
 
 tests/fixtures/gfd-real-h200/ holds the labels NVIDIA's gpu-feature-discovery v0.18.0 wrote on the project's lent
-H200 (MIG off, driver 580.159.04; read-only --oneshot runs, see that folder's README). The same binary, run here on
-a simulated one-GPU H200 host through the simulated libnvidia-ml.so.1, must write the same labels: this checks the
-simulator against the real hardware, where the GFD matrix checks the agents and the collection against the binary.
+H200 (MIG off, driver 580.159.04; read-only --oneshot runs, see that folder's README). NVIDIA's GFD v0.20.0 (the
+version GPU Operator v26.7.0 ships; built by tests/testbed/build-nvidia.sh), run here on a simulated one-GPU H200
+host through the simulated libnvidia-ml.so.1, must write the same labels: this checks the simulator against the real
+hardware, where the GFD matrix checks the agents and the collection against the binary.
 
 Excluded: ``nvidia.com/gpu.mode``, which GFD reads from the PCI class in sysfs, not from NVML. The simulated host has
 no sysfs, so GFD writes ``unknown`` here, while the real host gave ``compute``.

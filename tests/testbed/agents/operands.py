@@ -2,7 +2,7 @@
 
 Follows NVIDIA/k8s-device-plugin v0.20.0 (GFD internal/lm, device plugin internal/rm) as summarised
 in reference nvidia-gpu-operator-and-mig.md §6. tests/integration/oracle/test_gfd_matrix.py checks gfd_labels and
-the time-slicing labels against NVIDIA's GFD v0.18.0 binary on the same simulated hosts.
+the time-slicing labels against NVIDIA's GFD v0.20.0 binary on the same simulated hosts.
 """
 
 import collections
@@ -98,7 +98,7 @@ def gfd_labels(host, strategy):
         "nvidia.com/cuda.runtime-version.major": str(cuda_major),
         "nvidia.com/cuda.runtime-version.minor": str(cuda_minor),
         "nvidia.com/cuda.runtime-version.full": "%d.%d" % (cuda_major, cuda_minor),
-        # The older spellings GFD v0.18.0 still writes beside them (internal/lm/nvml.go, newVersionLabeler).
+        # The older spellings GFD v0.20.0 still writes beside them (internal/lm/nvml.go, newVersionLabeler).
         "nvidia.com/cuda.driver.major": driver[0],
         "nvidia.com/cuda.driver.minor": driver[1] if len(driver) > 1 else "",
         "nvidia.com/cuda.driver.rev": driver[2] if len(driver) > 2 else "",

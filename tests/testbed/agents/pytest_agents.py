@@ -67,7 +67,7 @@ class GpuAgents:
         self.start_controller()
         argv = [sys.executable, "-m", "tests.testbed.agents", "run", "--kubeconfig", self.testbed.kubeconfig,
                 "--hosts-dir", str(self.hosts_dir), "--namespace", self.namespace,
-                "--nvml-lib-dir", str(nvml_lib_dir()), "--gfd-binary", oracle.binary("gfd"), *TEST_TIMING, *extra_args]
+                "--nvml-lib-dir", str(nvml_lib_dir()), "--gfd-binary", oracle.binary("gpu-feature-discovery"), *TEST_TIMING, *extra_args]
         log = open(self.log_file, "ab")  # pylint: disable=consider-using-with  # the child writes it
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT))
         time.sleep(0.5)

@@ -1,7 +1,7 @@
 """NVIDIA's own code as test oracles: GPU Feature Discovery and the device plugin's config parser.
 
-Both come from the Go module github.com/NVIDIA/k8s-device-plugin v0.18.0, built and cached by
-tests/testbed/build-gfd.sh (make testbed-gfd-build):
+Both come from NVIDIA's k8s-device-plugin v0.20.0 release source (the version GPU Operator v26.7.0 ships), built
+offline and cached by tests/testbed/build-nvidia.sh (make testbed-nvidia-build):
 
 - ``gpu-feature-discovery --oneshot`` run against a simulated host (the simulated libnvidia-ml.so.1 on
   LD_LIBRARY_PATH, GPUFLEET_SIM_NVML_STATE naming the host) writes the labels a real GFD would;
@@ -23,15 +23,17 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 TESTBED = HERE.parent
-BUILD_GFD = TESTBED / "build-gfd.sh"
+BUILD_NVIDIA = TESTBED / "build-nvidia.sh"
 BUILD_OPERATOR = TESTBED / "build-operator.sh"
 STATE_ENV = "GPUFLEET_SIM_NVML_STATE"
 
 
 @functools.lru_cache(maxsize=None)
-def binary(kind):
-    """Path of the cached ``gfd`` or ``dpconfig`` binary (built on first use)."""
-    return subprocess.run([str(BUILD_GFD), kind], check=True, capture_output=True, text=True).stdout.strip()
+def binary(program):
+    """Path of the cached NVIDIA ``program`` (gpu-feature-discovery, nvidia-mig-parted, nvidia-mig-manager,
+    nvidia-device-plugin, config-manager) or of the ``dpconfig`` checker, built on first use."""
+    args = ["dpconfig"] if program == "dpconfig" else ["bin", program]
+    return subprocess.run([str(BUILD_NVIDIA), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,7 +79,7 @@ def run_gfd(state_file, lib_dir, mig_strategy, config_text=None, timeout=60, gfd
     Returns {label: value}; raises RuntimeError with GFD's output when it exits non-zero."""
     with tempfile.TemporaryDirectory(prefix="gfd-") as tmp:
         out = Path(tmp) / "labels"
-        args = [gfd_binary or binary("gfd"), "--oneshot", "--output-file=%s" % out, "--use-node-feature-api=false",
+        args = [gfd_binary or binary("gpu-feature-discovery"), "--oneshot", "--output-file=%s" % out, "--use-node-feature-api=false",
                 "--no-timestamp", "--machine-type-file=%s" % (Path(tmp) / "product_name")]
         if config_text is not None:
             cfg = Path(tmp) / "config.yaml"

@@ -5,7 +5,7 @@
 // and writes one JSON line per input: {"id", "accepted", "stage" (parse|validate|""), "error",
 // "sharing_strategy", "mig_strategy", "resources": [{"name", "rename", "replicas"}]}.
 //
-// The flag list below mirrors cmd/nvidia-device-plugin/main.go v0.18.0 (names, env vars, defaults) because that
+// The flag list below mirrors cmd/nvidia-device-plugin/main.go v0.20.0 (names, env vars, defaults) because that
 // package is a main package and cannot be imported; the config parsing and the flag precedence (command line, then
 // environment, then file) are NVIDIA's own code (spec.NewConfig, Flags.UpdateFromCLIFlags).
 // validate() mirrors main.go's validateFlags minus the NVML probe (the plugin runs on an NVML host).
@@ -49,7 +49,8 @@ type verdict struct {
 var envNames = []string{"MIG_STRATEGY", "FAIL_ON_INIT_ERROR", "NVIDIA_DRIVER_ROOT", "NVIDIA_DEV_ROOT", "PASS_DEVICE_SPECS",
 	"DEVICE_LIST_STRATEGY", "DEVICE_ID_STRATEGY", "GDRCOPY_ENABLED", "GDS_ENABLED", "MOFED_ENABLED", "KUBELET_SOCKET",
 	"CONFIG_FILE", "CDI_ANNOTATION_PREFIX", "NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH", "DRIVER_ROOT_CTR_PATH",
-	"CONTAINER_DRIVER_ROOT", "MPS_ROOT", "DEVICE_DISCOVERY_STRATEGY", "IMEX_CHANNEL_IDS", "IMEX_REQUIRED"}
+	"CONTAINER_DRIVER_ROOT", "MPS_ROOT", "SHARED_DEVICES_ALLOCATION_POLICY", "DEVICE_DISCOVERY_STRATEGY", "IMEX_CHANNEL_IDS",
+	"IMEX_REQUIRED", "CDI_FEATURE_FLAGS", "CDI_DISABLE_HOOKS"}
 
 func pluginFlags() []cli.Flag {
 	return []cli.Flag{
@@ -69,19 +70,29 @@ func pluginFlags() []cli.Flag {
 		&cli.StringFlag{Name: "nvidia-cdi-hook-path", Aliases: []string{"nvidia-ctk-path"}, Value: spec.DefaultNvidiaCTKPath, EnvVars: []string{"NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"}},
 		&cli.StringFlag{Name: "driver-root-ctr-path", Aliases: []string{"container-driver-root"}, Value: spec.DefaultContainerDriverRoot, EnvVars: []string{"DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"}},
 		&cli.StringFlag{Name: "mps-root", EnvVars: []string{"MPS_ROOT"}},
+		&cli.StringFlag{Name: "shared-devices-allocation-policy", Value: spec.AllocationPolicyDistributed, EnvVars: []string{"SHARED_DEVICES_ALLOCATION_POLICY"}},
 		&cli.StringFlag{Name: "device-discovery-strategy", Value: "auto", EnvVars: []string{"DEVICE_DISCOVERY_STRATEGY"}},
 		&cli.IntSliceFlag{Name: "imex-channel-ids", EnvVars: []string{"IMEX_CHANNEL_IDS"}},
 		&cli.BoolFlag{Name: "imex-required", EnvVars: []string{"IMEX_REQUIRED"}},
+		&cli.StringSliceFlag{Name: "cdi-feature-flags", EnvVars: []string{"CDI_FEATURE_FLAGS"}},
+		&cli.StringSliceFlag{Name: "cdi-disable-hooks", EnvVars: []string{"CDI_DISABLE_HOOKS"}},
 	}
 }
 
-// validate mirrors validateFlags of cmd/nvidia-device-plugin/main.go v0.18.0 (NVML present).
+// validate mirrors validateFlags of cmd/nvidia-device-plugin/main.go v0.20.0 (NVML present).
 func validate(config *spec.Config) error {
 	if _, err := spec.NewDeviceListStrategies(*config.Flags.Plugin.DeviceListStrategy); err != nil {
 		return fmt.Errorf("invalid --device-list-strategy option: %v", err)
 	}
 	if *config.Flags.Plugin.DeviceIDStrategy != spec.DeviceIDStrategyUUID && *config.Flags.Plugin.DeviceIDStrategy != spec.DeviceIDStrategyIndex {
 		return fmt.Errorf("invalid --device-id-strategy option: %v", *config.Flags.Plugin.DeviceIDStrategy)
+	}
+	if config.Flags.Plugin.SharedDevicesAllocationPolicy != nil {
+		switch *config.Flags.Plugin.SharedDevicesAllocationPolicy {
+		case spec.AllocationPolicyDistributed, spec.AllocationPolicyPacked:
+		default:
+			return fmt.Errorf("invalid --shared-devices-allocation-policy option: %s", *config.Flags.Plugin.SharedDevicesAllocationPolicy)
+		}
 	}
 	if config.Sharing.SharingStrategy() == spec.SharingStrategyMPS {
 		if *config.Flags.MigStrategy == spec.MigStrategyMixed {
