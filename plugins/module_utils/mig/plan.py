@@ -26,14 +26,17 @@ STRATEGIES = ("none", "single", "mixed")
 
 
 def model_for_gpu(gpu):
-    """Profile table for one GPU: the live NVML table when present (it wins), else the catalog.
-    Live profiles without placements borrow them from the catalog entry of the same name."""
+    """Profile table for one GPU: the live NVML table when present (it wins), else the catalog. The model's
+    ``name`` is the GPU's NVML name (catalog.nvml_name). Live profiles without placements borrow them from the
+    catalog entry of the same name."""
     known = catalog.get_model(name=gpu.get("name"), pci_device_id=gpu.get("pci_device_id"))
     live = gpu.get("profiles") or []
     if not live:
         if known is None:
             catalog.require_model(gpu.get("name"), gpu.get("pci_device_id"))
-        return known
+        # Named as the GPU itself is (its NVML name, which GFD's product label is built from), not as the
+        # catalog's family: an H100 PCIe plans with the H100 80GB HBM3 table and stays an H100 PCIe.
+        return dict(known, name=catalog.nvml_name(gpu.get("name"), gpu.get("pci_device_id")) or known["name"])
     profiles = []
     for profile in live:
         profile = dict(profile)
