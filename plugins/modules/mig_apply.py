@@ -99,6 +99,13 @@ plan:
       description: Whether some GPU must switch MIG mode.
       returned: always
       type: bool
+    reset_gpus:
+      description:
+        - GPUs MIG Manager would reset (every GPU of the host when any GPU's MIG mode changes; empty otherwise).
+          This module itself resets none; see RV(reset_required_gpus).
+      returned: always
+      type: list
+      elements: int
     changed:
       description: Whether applying the plan changes anything.
       returned: always
@@ -237,6 +244,10 @@ plan:
           type: bool
         reset_pending:
           description: Whether a wanted MIG mode change only waits for a GPU reset.
+          returned: always
+          type: bool
+        reset:
+          description: Whether MIG Manager would reset this GPU with the others (any GPU of the node changing MIG mode).
           returned: always
           type: bool
         feasible:

@@ -185,7 +185,7 @@ def plan_node(hardware, config_name=None, config=None, mig_devices=None, config_
 
     ``hardware``: {"gpus": [{index, name, pci_device_id, mig: {current, pending}, profiles?,
     instances?: [{profile, start, size}]}], "node_current"?: {profile: count}}.
-    Returns {feasible, reason, mode_change_required, changed, config_name, gpus: [...]}; see
+    Returns {feasible, reason, mode_change_required, reset_gpus, changed, config_name, gpus: [...]}; see
     docs/DEVELOPING.md (Planning) for the per-GPU keys. Raises PlanningError subclasses for input
     that cannot be planned at all (unknown config, profile, model; malformed config).
     """
@@ -209,10 +209,16 @@ def plan_node(hardware, config_name=None, config=None, mig_devices=None, config_
             entries[0]["changed"] = bool(entries)
     changed = any(e["changed"] for e in entries)
     reasons = [e["reason"] for e in entries if e["reason"]]
+    # MIG Manager's nvidia-mig-parted resets every GPU of the node together once any GPU's MIG mode is pending
+    # (NVIDIA/mig-parted cmd/nvidia-mig-parted/apply/mode.go, util.ResetAllGPUs), not only the GPUs that change mode.
+    reset_gpus = [e["index"] for e in entries] if any(e["mode_change_required"] for e in entries) else []
+    for entry in entries:
+        entry["reset"] = entry["index"] in reset_gpus
     return {
         "feasible": all(e["feasible"] for e in entries),
         "reason": "; ".join(reasons) if reasons else None,
         "mode_change_required": any(e["mode_change_required"] for e in entries),
+        "reset_gpus": reset_gpus,
         "changed": changed,
         "config_name": config_name,
         "gpus": entries,
