@@ -231,8 +231,15 @@ def _check_strategy(strategy):
 
 
 def _gi_counts(entry):
-    """MIG devices the device plugin sees on one GPU: GI profiles with C == G (NVIDIA/k8s-device-plugin README, mixed strategy)."""
+    """MIG devices the device plugin advertises on one GPU under the mixed strategy: GI profiles with C == G
+    (NVIDIA/k8s-device-plugin internal/rm/rm.go skips the others)."""
     return dict((p, c) for p, c in entry["target"].items() if c and parse_profile(p).c == parse_profile(p).g)
+
+
+def _mig_devices(entry):
+    """Every MIG device of one GPU, compute-instance profiles (``1c.3g.40gb``) included: under the single strategy the
+    device plugin advertises them all as nvidia.com/gpu (NVIDIA/k8s-device-plugin internal/rm/rm.go, AddMIGResource("*"))."""
+    return dict((p, c) for p, c in entry["target"].items() if c)
 
 
 def strategy_conflict(plan, strategy):
@@ -251,10 +258,10 @@ def strategy_conflict(plan, strategy):
         return ("mig-strategy=single needs every GPU of the node in the same MIG mode; GPUs %s would be "
                 "MIG-enabled and %s not" % ([e["index"] for e in enabled],
                                             [e["index"] for e in plan["gpus"] if not e["mig_enabled"]]))
-    empty = [e["index"] for e in enabled if not _gi_counts(e)]
+    empty = [e["index"] for e in enabled if not _mig_devices(e)]
     if empty:
         return "mig-strategy=single: MIG-enabled GPUs %s would have no MIG devices" % empty
-    profiles = sorted(set(p for e in enabled for p in _gi_counts(e)))
+    profiles = sorted(set(p for e in enabled for p in _mig_devices(e)))
     if len(profiles) > 1:
         return ("mig-strategy=single needs one MIG profile per node; the plan has %s (use mixed, or one "
                 "all-<profile> config)" % ", ".join(profiles))
@@ -288,7 +295,7 @@ def expected_resources(plan, strategy):
     if strategy == "single":
         if strategy_conflict(plan, strategy):
             return {gpu_labels.RESOURCE_GPU: 0}
-        return {gpu_labels.RESOURCE_GPU: sum(sum(_gi_counts(e).values()) for e in enabled)}
+        return {gpu_labels.RESOURCE_GPU: sum(sum(_mig_devices(e).values()) for e in enabled)}
     resources = collections.Counter()
     for entry in plan["gpus"]:
         if entry["mig_enabled"]:
@@ -321,10 +328,10 @@ def expected_gfd_labels(plan, strategy):
             labels.update({gpu_labels.LABEL_PRODUCT: product + gpu_labels.PRODUCT_MIG_INFIX + gpu_labels.PRODUCT_MIG_INVALID,
                            gpu_labels.LABEL_COUNT: "0"})
             return labels
-        profile = list(_gi_counts(enabled[0]))[0]
+        profile = list(_mig_devices(enabled[0]))[0]
         labels.update({
             gpu_labels.LABEL_PRODUCT: gpu_labels.single_mig_product_label(models[0], profile),
-            gpu_labels.LABEL_COUNT: str(sum(sum(_gi_counts(e).values()) for e in enabled)),
+            gpu_labels.LABEL_COUNT: str(sum(sum(_mig_devices(e).values()) for e in enabled)),
         })
         return labels
     counts = collections.Counter()
