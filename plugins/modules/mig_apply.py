@@ -99,6 +99,13 @@ plan:
       description: Whether some GPU must switch MIG mode.
       returned: always
       type: bool
+    reset_gpus:
+      description:
+        - GPUs MIG Manager would reset (every GPU of the host when any GPU's MIG mode changes; empty otherwise).
+          This module itself resets none; see RV(reset_required_gpus).
+      returned: always
+      type: list
+      elements: int
     changed:
       description: Whether applying the plan changes anything.
       returned: always
@@ -239,6 +246,10 @@ plan:
           description: Whether a wanted MIG mode change only waits for a GPU reset.
           returned: always
           type: bool
+        reset:
+          description: Whether MIG Manager would reset this GPU with the others (any GPU of the node changing MIG mode).
+          returned: always
+          type: bool
         feasible:
           description: Whether the GPU can hold its target.
           returned: always
@@ -347,6 +358,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.nvml import 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import plan as planner
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import verify as mig_verify
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import parse_profile
 
 
 def _config(params):
@@ -391,6 +403,11 @@ def main():
                                      mig_devices=params["mig_devices"], config_source=source)
             if not plan["feasible"]:
                 module.fail_json(msg="MIG layout is not feasible, nothing changed: %s" % plan["reason"], plan=plan)
+            partial = sorted(set(p for e in plan["gpus"] for p in e["target"] if parse_profile(p).c != parse_profile(p).g))
+            if partial:
+                module.fail_json(msg="compute-instance profiles %s are applied by MIG Manager (mig-reconfigure.yml); this "
+                                     "module creates GPU instances with one compute instance spanning each, nothing "
+                                     "changed" % ", ".join(partial), plan=plan)
             result = dict(changed=plan["changed"], plan=plan, reset_required=False, reset_required_gpus=[],
                           gpu_states=dict((e["index"], "unchanged") for e in plan["gpus"]))
             if module._diff:

@@ -138,6 +138,13 @@ plan:
       description: Whether some GPU must switch MIG mode.
       returned: always
       type: bool
+    reset_gpus:
+      description:
+        - GPUs a GPU reset touches. Every GPU of the node when any GPU's MIG mode changes, as MIG Manager's
+          nvidia-mig-parted resets all GPUs together; empty for a layout-only change.
+      returned: always
+      type: list
+      elements: int
     changed:
       description: Whether applying the plan changes anything.
       returned: always
@@ -276,6 +283,10 @@ plan:
           type: bool
         reset_pending:
           description: Whether a wanted MIG mode change only waits for a GPU reset.
+          returned: always
+          type: bool
+        reset:
+          description: Whether the GPU is reset with the others (in C(reset_gpus)).
           returned: always
           type: bool
         feasible:

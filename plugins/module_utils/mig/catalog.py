@@ -71,11 +71,17 @@ def _build_profiles(entry):
 
 def _build_model(entry):
     seven = entry["layout"] == "seven"
+    boards = [{"name": name, "pci_device_id": pci} for name, pci in entry["boards"]]
+    pci_ids = []
+    for board in boards:
+        if board["pci_device_id"] and board["pci_device_id"] not in pci_ids:
+            pci_ids.append(board["pci_device_id"])
     model = {
         "name": entry["name"],
-        "aliases": list(entry.get("aliases", ())),
-        "pci_device_id": entry["pci_device_ids"][0],
-        "pci_device_ids": list(entry["pci_device_ids"]),
+        "aliases": sorted(set(b["name"] for b in boards) - {entry["name"]}),
+        "boards": boards,
+        "pci_device_id": pci_ids[0],
+        "pci_device_ids": pci_ids,
         "memory_mb": entry["memory_mb"],
         "memory_slices": 8 if seven else 4,
         "compute_slices": 7 if seven else 4,
@@ -127,6 +133,34 @@ def get_model(name=None, pci_device_id=None):
         if key in _BY_NAME_KEY:
             return plain_copy(_BY_NAME_KEY[key])
     return None
+
+
+def board(name=None, pci_device_id=None):
+    """{'name', 'pci_device_id'} of the catalog board a GPU is, or None: the board whose NVML name matches
+    ``name`` (ignoring case, punctuation and spaces, so a GFD product's model part matches too), else the
+    board with that PCI device id. A board's name is the NVML name GFD builds ``nvidia.com/gpu.product`` from."""
+    boards = [b for model in _MODELS for b in model["boards"]]
+    if name:
+        key = _name_key(name)
+        for item in boards:
+            if _name_key(item["name"]) == key:
+                return dict(item)
+    if pci_device_id:
+        wanted = normalize_pci_device_id(pci_device_id)
+        for item in boards:
+            if item["pci_device_id"] == wanted:
+                return dict(item)
+    return None
+
+
+def nvml_name(name=None, pci_device_id=None):
+    """The NVML name of a GPU given by name and/or PCI id: the catalog board's spelling of ``name`` when it is a
+    known board, else ``name`` as given (a live NVML read is the truth), else the board of the PCI id; None when
+    neither says."""
+    found = board(name=name, pci_device_id=None if name else pci_device_id)
+    if found:
+        return found["name"]
+    return name or None
 
 
 def require_model(name=None, pci_device_id=None):

@@ -30,6 +30,16 @@ Sources:
   one (marked ``placements_source``); their NVML names are NVIDIA's product names, not read from a
   driver, so the PCI id (which get_model prefers) is what identifies them. memory_mb is the 7g (4g
   for RTX PRO 6000) profile's GB x 1024, as for B200.
+- boards: every GPU a model's profile table serves, as (NVML name, PCI device id). The PCI ids are the static
+  config's device filters, grouped by the config's own comments (e.g. "H100-80GB, H800-80GB, A100-80GB,
+  A800-80GB"); the board each id is comes from the PCI ID database go-nvlib vendors
+  (NVIDIA/go-nvlib pkg/pciids/default_pci.ids, e.g. 2331 "GH100 [H100 PCIe]"). The NVML name is what
+  GFD builds ``nvidia.com/gpu.product`` from; names read from a driver in public sources: A100-SXM4-40GB,
+  A100-PCIE-40GB, A100-SXM4-80GB, A100 80GB PCIe, H100 80GB HBM3, H100 PCIe, H100 NVL, H200 (real read here),
+  B300 SXM6 AC, GB300. The other names (A800 40GB PCIe, A800-SXM4-80GB, A800 80GB PCIe, H800, H800 PCIe,
+  H800 NVL, H200 NVL, H100 96GB, GH200 480GB, GH200 144G HBM3e, H20, PG506-96GB, B200, GB200, RTX PRO 6000
+  Blackwell Server Edition) are inferred from NVIDIA's product names in the same pattern; the PCI id, which
+  planning prefers, identifies those boards. A board with id None is a name only (no device filter lists it).
 - STATIC_DEFAULT_CONFIG: NVIDIA's static default MIG config, ConfigMap default-mig-parted-config
   (key config.yaml) of gpu-operator v26.7.0, assets/state-mig-manager/0400_configmap.yaml, every
   named config and device filter as published (81 configs). all-3g.95gb, all-4g.95gb and
@@ -98,8 +108,13 @@ ASSUMED_SEVEN = "assumed: 7-slice layout (names and counts match it); not read o
 MODELS = (
     {
         "name": "NVIDIA A100-SXM4-40GB",
-        "aliases": ("NVIDIA A100-PCIE-40GB", "NVIDIA A800-SXM4-40GB", "NVIDIA A800 40GB PCIe"),
-        "pci_device_ids": ("0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE"),
+        "boards": (
+            ("NVIDIA A100-SXM4-40GB", "0x20B010DE"),
+            ("NVIDIA A100-PCIE-40GB", "0x20B110DE"),
+            ("NVIDIA A100-PCIE-40GB", "0x20F110DE"),
+            ("NVIDIA A800 40GB PCIe", "0x20F610DE"),
+            ("NVIDIA A800-SXM4-40GB", None),
+        ),
         "memory_mb": 40960,
         "layout": "seven",
         "names": {"1g": "1g.5gb", "1g+me": "1g.5gb+me", "1g-2m": "1g.10gb", "2g": "2g.10gb",
@@ -111,8 +126,12 @@ MODELS = (
     },
     {
         "name": "NVIDIA A100-SXM4-80GB",
-        "aliases": ("NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe"),
-        "pci_device_ids": ("0x20B210DE", "0x20B510DE", "0x20F310DE", "0x20F510DE"),
+        "boards": (
+            ("NVIDIA A100-SXM4-80GB", "0x20B210DE"),
+            ("NVIDIA A100 80GB PCIe", "0x20B510DE"),
+            ("NVIDIA A800-SXM4-80GB", "0x20F310DE"),
+            ("NVIDIA A800 80GB PCIe", "0x20F510DE"),
+        ),
         "memory_mb": 81920,
         "layout": "seven",
         "names": {"1g": "1g.10gb", "1g+me": "1g.10gb+me", "1g-2m": "1g.20gb", "2g": "2g.20gb",
@@ -124,8 +143,12 @@ MODELS = (
     },
     {
         "name": "NVIDIA H100 80GB HBM3",
-        "aliases": ("NVIDIA H100 PCIe", "NVIDIA H800", "NVIDIA H800 PCIe"),
-        "pci_device_ids": ("0x233010DE", "0x233110DE", "0x232210DE", "0x232410DE"),
+        "boards": (
+            ("NVIDIA H100 80GB HBM3", "0x233010DE"),
+            ("NVIDIA H100 PCIe", "0x233110DE"),
+            ("NVIDIA H800 PCIe", "0x232210DE"),
+            ("NVIDIA H800", "0x232410DE"),
+        ),
         "memory_mb": 81920,
         "layout": "seven",
         "names": {"1g": "1g.10gb", "1g+me": "1g.10gb+me", "1g-2m": "1g.20gb", "2g": "2g.20gb",
@@ -136,8 +159,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA H100 NVL",
-        "aliases": ("NVIDIA H800 NVL",),
-        "pci_device_ids": ("0x232110DE", "0x233A10DE"),
+        "boards": (("NVIDIA H100 NVL", "0x232110DE"), ("NVIDIA H800 NVL", "0x233A10DE")),
         "memory_mb": 96256,
         "layout": "seven",
         "names": {"1g": "1g.12gb", "1g+me": "1g.12gb+me", "1g-2m": "1g.24gb", "2g": "2g.24gb",
@@ -148,8 +170,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA H200",
-        "aliases": ("NVIDIA H200 NVL",),
-        "pci_device_ids": ("0x233510DE", "0x233B10DE"),
+        "boards": (("NVIDIA H200", "0x233510DE"), ("NVIDIA H200 NVL", "0x233B10DE")),
         "memory_mb": 143771,  # real read: nvidia-smi 143771 MiB
         "layout": "seven",
         "names": {"1g": "1g.18gb", "1g+me": "1g.18gb+me", "1g-2m": "1g.35gb", "2g": "2g.35gb",
@@ -161,8 +182,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA A30",
-        "aliases": (),
-        "pci_device_ids": ("0x20B710DE",),
+        "boards": (("NVIDIA A30", "0x20B710DE"),),
         "memory_mb": 24576,
         "layout": "four",
         "names": {"1g": "1g.6gb", "1g+me": "1g.6gb+me", "2g": "2g.12gb", "2g+me": "2g.12gb+me", "4g": "4g.24gb"},
@@ -172,8 +192,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA B200",
-        "aliases": (),
-        "pci_device_ids": ("0x290110DE",),
+        "boards": (("NVIDIA B200", "0x290110DE"),),
         "memory_mb": 184320,
         "layout": "seven",
         "placements_source": "assumed: 7-slice layout (names and counts match it); not read on hardware",
@@ -189,8 +208,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA H100 96GB",
-        "aliases": (),
-        "pci_device_ids": ("0x233D10DE",),
+        "boards": (("NVIDIA H100 96GB", "0x233D10DE"),),
         "memory_mb": 98304,
         "layout": "seven",
         "placements_source": ASSUMED_SEVEN,
@@ -202,8 +220,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA GH200 480GB",
-        "aliases": (),
-        "pci_device_ids": ("0x234210DE",),
+        "boards": (("NVIDIA GH200 480GB", "0x234210DE"),),
         "memory_mb": 98304,
         "layout": "seven",
         "placements_source": ASSUMED_SEVEN,
@@ -215,8 +232,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA GH200 144G HBM3e",
-        "aliases": (),
-        "pci_device_ids": ("0x234810DE",),
+        "boards": (("NVIDIA GH200 144G HBM3e", "0x234810DE"),),
         "memory_mb": 147456,
         "layout": "seven",
         "placements_source": ASSUMED_SEVEN,
@@ -228,8 +244,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA H20",
-        "aliases": (),
-        "pci_device_ids": ("0x232910DE",),
+        "boards": (("NVIDIA H20", "0x232910DE"),),
         "memory_mb": 98304,
         "layout": "seven",
         "placements_source": ASSUMED_SEVEN,
@@ -241,8 +256,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA PG506-96GB",
-        "aliases": (),
-        "pci_device_ids": ("0x20B610DE",),
+        "boards": (("NVIDIA PG506-96GB", "0x20B610DE"),),
         "memory_mb": 98304,
         "layout": "seven",
         "placements_source": ASSUMED_SEVEN,
@@ -254,8 +268,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA GB200",
-        "aliases": (),
-        "pci_device_ids": ("0x294110DE",),
+        "boards": (("NVIDIA GB200", "0x294110DE"),),
         "memory_mb": 190464,
         "layout": "seven",
         "placements_source": ASSUMED_SEVEN,
@@ -267,8 +280,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA B300 SXM6 AC",
-        "aliases": (),
-        "pci_device_ids": ("0x318210DE",),
+        "boards": (("NVIDIA B300 SXM6 AC", "0x318210DE"),),
         "memory_mb": 275456,
         "layout": "seven",
         "placements_source": ASSUMED_SEVEN,
@@ -280,8 +292,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA GB300",
-        "aliases": (),
-        "pci_device_ids": ("0x31C210DE",),
+        "boards": (("NVIDIA GB300", "0x31C210DE"),),
         "memory_mb": 284672,
         "layout": "seven",
         "placements_source": ASSUMED_SEVEN,
@@ -293,8 +304,7 @@ MODELS = (
     },
     {
         "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-        "aliases": (),
-        "pci_device_ids": ("0x2BB510DE",),
+        "boards": (("NVIDIA RTX PRO 6000 Blackwell Server Edition", "0x2BB510DE"),),
         "memory_mb": 98304,
         "layout": "four-gfx",
         "placements_source": "assumed: 4-slice layout of A30 (names and counts match it); not read on hardware",

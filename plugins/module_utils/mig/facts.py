@@ -49,7 +49,7 @@ def trusted_live_profiles(gpu):
 def hardware_from_gfd_labels(labels, allocatable=None, node_name=None):
     """hardware dict for plan.plan_node built from GFD labels (and, optionally, allocatable).
 
-    The model comes from ``nvidia.com/gpu.product`` via the catalog. GPU count: ``gpu.count`` under
+    The model and the board (NVML name, PCI device id) come from ``nvidia.com/gpu.product`` via the catalog. GPU count: ``gpu.count`` under
     strategy none/mixed; under single that label counts MIG devices, so the GPU count is estimated
     from the profile's maximum per GPU (``gpu_count_estimated: true``). MIG devices are known only
     per node (``node_current``), not per GPU. Raises UnknownModelError naming the node and product.
@@ -88,10 +88,13 @@ def hardware_from_gfd_labels(labels, allocatable=None, node_name=None):
     if count is None:
         raise UnknownModelError("cannot tell how many GPUs node%s has: no usable %s label"
                                 % (" " + node_name if node_name else "", gpu_labels.LABEL_COUNT))
+    # The board (NVML name and PCI id) the product names: GFD writes the GPU's own NVML name, which differs
+    # between boards sharing one profile table (H100 80GB HBM3 and H100 PCIe).
+    board = catalog.board(name=gpu_labels.model_from_product(product)) or {}
     gpus = [{
         "index": i,
-        "name": model["name"],
-        "pci_device_id": model["pci_device_id"],
+        "name": board.get("name") or model["name"],
+        "pci_device_id": board.get("pci_device_id") or model["pci_device_id"],
         "mig": {"current": mig_enabled, "pending": mig_enabled},
         "instances": [],
     } for i in range(count)]

@@ -26,6 +26,7 @@ import collections
 import itertools
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import gpu_instance_profile
 
 Solution = collections.namedtuple("Solution", ["feasible", "placements", "creation_order", "reason"])
 
@@ -42,7 +43,7 @@ def _table(profile_table):
         memory = profile_table.get("memory_slices")
     else:
         profiles, compute, memory = list(profile_table), None, None
-    by_name = {}
+    by_name = _Profiles()
     for profile in profiles:
         by_name[profile["name"]] = profile
     if memory is None:
@@ -59,6 +60,28 @@ def _mask(start, size):
 def _size_key(profile):
     return (-profile["memory_slices"] if "memory_slices" in profile else -max(
         [p["size"] for p in profile.get("placements", [])] or [0]), -profile.get("slices", 0))
+
+
+class _Profiles(dict):
+    """Profiles by name; a compute-instance profile (``1c.3g.40gb``) takes the place of its GPU instance
+    (``3g.40gb``): one GPU instance with one compute instance of fewer slices, as mig-parted creates it."""
+
+    @staticmethod
+    def _gi_name(name):
+        try:
+            return gpu_instance_profile(name)
+        except PlanningError:
+            return None
+
+    def __contains__(self, name):
+        return dict.__contains__(self, name) or dict.__contains__(self, self._gi_name(name))
+
+    def __missing__(self, name):
+        gi_name = self._gi_name(name)
+        if not dict.__contains__(self, gi_name):
+            raise KeyError(name)
+        self[name] = dict(self[gi_name], name=name)
+        return self[name]
 
 
 def _clean_request(by_name, requested):

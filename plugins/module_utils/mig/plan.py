@@ -26,14 +26,17 @@ STRATEGIES = ("none", "single", "mixed")
 
 
 def model_for_gpu(gpu):
-    """Profile table for one GPU: the live NVML table when present (it wins), else the catalog.
-    Live profiles without placements borrow them from the catalog entry of the same name."""
+    """Profile table for one GPU: the live NVML table when present (it wins), else the catalog. The model's
+    ``name`` is the GPU's NVML name (catalog.nvml_name). Live profiles without placements borrow them from the
+    catalog entry of the same name."""
     known = catalog.get_model(name=gpu.get("name"), pci_device_id=gpu.get("pci_device_id"))
     live = gpu.get("profiles") or []
     if not live:
         if known is None:
             catalog.require_model(gpu.get("name"), gpu.get("pci_device_id"))
-        return known
+        # Named as the GPU itself is (its NVML name, which GFD's product label is built from), not as the
+        # catalog's family: an H100 PCIe plans with the H100 80GB HBM3 table and stays an H100 PCIe.
+        return dict(known, name=catalog.nvml_name(gpu.get("name"), gpu.get("pci_device_id")) or known["name"])
     profiles = []
     for profile in live:
         profile = dict(profile)
@@ -182,7 +185,7 @@ def plan_node(hardware, config_name=None, config=None, mig_devices=None, config_
 
     ``hardware``: {"gpus": [{index, name, pci_device_id, mig: {current, pending}, profiles?,
     instances?: [{profile, start, size}]}], "node_current"?: {profile: count}}.
-    Returns {feasible, reason, mode_change_required, changed, config_name, gpus: [...]}; see
+    Returns {feasible, reason, mode_change_required, reset_gpus, changed, config_name, gpus: [...]}; see
     docs/DEVELOPING.md (Planning) for the per-GPU keys. Raises PlanningError subclasses for input
     that cannot be planned at all (unknown config, profile, model; malformed config).
     """
@@ -206,10 +209,16 @@ def plan_node(hardware, config_name=None, config=None, mig_devices=None, config_
             entries[0]["changed"] = bool(entries)
     changed = any(e["changed"] for e in entries)
     reasons = [e["reason"] for e in entries if e["reason"]]
+    # MIG Manager's nvidia-mig-parted resets every GPU of the node together once any GPU's MIG mode is pending
+    # (NVIDIA/mig-parted cmd/nvidia-mig-parted/apply/mode.go, util.ResetAllGPUs), not only the GPUs that change mode.
+    reset_gpus = [e["index"] for e in entries] if any(e["mode_change_required"] for e in entries) else []
+    for entry in entries:
+        entry["reset"] = entry["index"] in reset_gpus
     return {
         "feasible": all(e["feasible"] for e in entries),
         "reason": "; ".join(reasons) if reasons else None,
         "mode_change_required": any(e["mode_change_required"] for e in entries),
+        "reset_gpus": reset_gpus,
         "changed": changed,
         "config_name": config_name,
         "gpus": entries,
@@ -222,8 +231,15 @@ def _check_strategy(strategy):
 
 
 def _gi_counts(entry):
-    """MIG devices the device plugin sees on one GPU: GI profiles with C == G (NVIDIA/k8s-device-plugin README, mixed strategy)."""
+    """MIG devices the device plugin advertises on one GPU under the mixed strategy: GI profiles with C == G
+    (NVIDIA/k8s-device-plugin internal/rm/rm.go skips the others)."""
     return dict((p, c) for p, c in entry["target"].items() if c and parse_profile(p).c == parse_profile(p).g)
+
+
+def _mig_devices(entry):
+    """Every MIG device of one GPU, compute-instance profiles (``1c.3g.40gb``) included: under the single strategy the
+    device plugin advertises them all as nvidia.com/gpu (NVIDIA/k8s-device-plugin internal/rm/rm.go, AddMIGResource("*"))."""
+    return dict((p, c) for p, c in entry["target"].items() if c)
 
 
 def strategy_conflict(plan, strategy):
@@ -242,10 +258,10 @@ def strategy_conflict(plan, strategy):
         return ("mig-strategy=single needs every GPU of the node in the same MIG mode; GPUs %s would be "
                 "MIG-enabled and %s not" % ([e["index"] for e in enabled],
                                             [e["index"] for e in plan["gpus"] if not e["mig_enabled"]]))
-    empty = [e["index"] for e in enabled if not _gi_counts(e)]
+    empty = [e["index"] for e in enabled if not _mig_devices(e)]
     if empty:
         return "mig-strategy=single: MIG-enabled GPUs %s would have no MIG devices" % empty
-    profiles = sorted(set(p for e in enabled for p in _gi_counts(e)))
+    profiles = sorted(set(p for e in enabled for p in _mig_devices(e)))
     if len(profiles) > 1:
         return ("mig-strategy=single needs one MIG profile per node; the plan has %s (use mixed, or one "
                 "all-<profile> config)" % ", ".join(profiles))
@@ -279,7 +295,7 @@ def expected_resources(plan, strategy):
     if strategy == "single":
         if strategy_conflict(plan, strategy):
             return {gpu_labels.RESOURCE_GPU: 0}
-        return {gpu_labels.RESOURCE_GPU: sum(sum(_gi_counts(e).values()) for e in enabled)}
+        return {gpu_labels.RESOURCE_GPU: sum(sum(_mig_devices(e).values()) for e in enabled)}
     resources = collections.Counter()
     for entry in plan["gpus"]:
         if entry["mig_enabled"]:
@@ -312,10 +328,10 @@ def expected_gfd_labels(plan, strategy):
             labels.update({gpu_labels.LABEL_PRODUCT: product + gpu_labels.PRODUCT_MIG_INFIX + gpu_labels.PRODUCT_MIG_INVALID,
                            gpu_labels.LABEL_COUNT: "0"})
             return labels
-        profile = list(_gi_counts(enabled[0]))[0]
+        profile = list(_mig_devices(enabled[0]))[0]
         labels.update({
             gpu_labels.LABEL_PRODUCT: gpu_labels.single_mig_product_label(models[0], profile),
-            gpu_labels.LABEL_COUNT: str(sum(sum(_gi_counts(e).values()) for e in enabled)),
+            gpu_labels.LABEL_COUNT: str(sum(sum(_mig_devices(e).values()) for e in enabled)),
         })
         return labels
     counts = collections.Counter()

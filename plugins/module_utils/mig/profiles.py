@@ -32,6 +32,8 @@ Profile = collections.namedtuple("Profile", ["c", "g", "gb", "attrs", "negattrs"
 
 def _split_attrs(text, original):
     attrs = tuple(a for a in text.split(",")) if text else ()
+    if len(set(attrs)) != len(attrs):
+        raise ProfileNameError("'%s' is not a MIG profile name: an attribute is repeated" % original)
     for attr in attrs:
         if attr not in ATTRIBUTES:
             raise ProfileNameError(
@@ -42,10 +44,12 @@ def _split_attrs(text, original):
 
 
 def parse_profile(name):
-    """Parse ``name`` into Profile(c, g, gb, attrs, negattrs); c == g when no ``<C>c.`` prefix."""
+    """Parse ``name`` into Profile(c, g, gb, attrs, negattrs); c == g when no ``<C>c.`` prefix. As strict as
+    go-nvlib about the string itself (no surrounding spaces, no repeated attribute); stricter where no GPU has the
+    profile (unknown attributes, C > G, zero or zero-padded numbers)."""
     if not isinstance(name, str):
         raise ProfileNameError("%r is not a MIG profile name: expected a string like 1g.10gb" % (name,))
-    match = _PROFILE_RE.match(name.strip())
+    match = _PROFILE_RE.match(name)
     if not match:
         raise ProfileNameError(
             "'%s' is not a MIG profile name: expected [<C>c.]<G>g.<GB>gb[+me|+me.all|+gfx|-me], e.g. 1g.10gb"
@@ -58,6 +62,24 @@ def parse_profile(name):
     attrs = _split_attrs(match.group("attrs"), name)
     negattrs = _split_attrs(match.group("neg"), name)
     return Profile(c, g, int(match.group("gb")), attrs, negattrs)
+
+
+# Compute-instance slice counts a GPU instance of G slices offers (NVML_COMPUTE_INSTANCE_PROFILE_*; the MIG user
+# guide's CI profile lists, e.g. 1c.7g, 2c.7g, 3c.7g, 4c.7g and 7g on a 7g instance). A profile ``<C>c.<G>g.<GB>gb``
+# is a GPU instance of ``<G>g.<GB>gb`` holding one compute instance of C slices, as mig-parted applies it
+# (NVIDIA/mig-parted pkg/mig/config/config.go: CreateGpuInstance, then CreateComputeInstance of the CI profile).
+COMPUTE_SLICES = {1: (1,), 2: (1, 2), 3: (1, 2, 3), 4: (1, 2, 4), 7: (1, 2, 3, 4, 7)}
+
+
+def compute_slice_options(g):
+    """Compute-instance slice counts of a G-slice GPU instance, smallest first (G alone when not listed)."""
+    return COMPUTE_SLICES.get(g, (g,))
+
+
+def gpu_instance_profile(name):
+    """The GPU-instance profile a (compute-instance) profile lives in: ``1c.3g.40gb`` -> ``3g.40gb``."""
+    profile = parse_profile(name)
+    return format_profile(profile._replace(c=profile.g))
 
 
 def format_profile(profile):

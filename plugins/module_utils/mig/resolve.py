@@ -20,7 +20,9 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors i
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import (
     canonical_profile_name,
+    compute_slice_options,
     config_name_for,
+    gpu_instance_profile,
     is_base_profile,
     parse_profile,
 )
@@ -151,13 +153,25 @@ def unknown_profile_error(profile_name, model, gpu_index=None):
 
 def check_profiles(mig_devices, model, gpu_index=None):
     """Canonicalise profile names (``1g.5gb.me`` -> ``1g.5gb+me``) and make sure each is one of the
-    model's; raises UnknownProfileError / ProfileNameError. Returns the cleaned mapping."""
+    model's: a GPU-instance profile of its table, or a compute-instance form ``<C>c.<G>g.<GB>gb`` of one with a
+    compute-slice count that instance offers (as mig-parted accepts them in mig-devices); raises
+    UnknownProfileError / ProfileNameError. Returns the cleaned mapping."""
     known = set(p["name"] for p in model.get("profiles", []))
     cleaned = {}
     for name, count in (mig_devices or {}).items():
         canonical = canonical_profile_name(name)
         if canonical not in known:
-            raise unknown_profile_error(canonical, model, gpu_index)
+            parsed = parse_profile(canonical)
+            if parsed.c == parsed.g or gpu_instance_profile(canonical) not in known:
+                raise unknown_profile_error(canonical, model, gpu_index)
+            if parsed.c not in compute_slice_options(parsed.g):
+                raise UnknownProfileError(
+                    "MIG profile '%s' is not offered by %s%s: a %dg instance holds compute instances of %s slices"
+                    % (canonical, model["name"], " (GPU %s)" % gpu_index if gpu_index is not None else "", parsed.g,
+                       ", ".join(str(c) for c in compute_slice_options(parsed.g))),
+                    profile=canonical, model=model["name"], gpu_index=gpu_index,
+                    alternatives=["%dc.%s" % (c, gpu_instance_profile(canonical)) if c != parsed.g
+                                  else gpu_instance_profile(canonical) for c in compute_slice_options(parsed.g)])
         cleaned[canonical] = cleaned.get(canonical, 0) + count
     return cleaned
 

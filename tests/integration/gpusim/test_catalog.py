@@ -67,12 +67,10 @@ def _parse_lgip(text):
     return rows
 
 
-def test_catalog_lists_the_required_models_with_sources():
+def test_catalog_models_have_sources_and_a_shape_nvml_allows():
+    """Which models exist is checked against NVIDIA's default config in test_models_vs_nvidia.py."""
     cat = hoststate.catalog()
     assert cat["sources"]
-    names = {m["nvml_name"] for m in cat["models"].values()}
-    assert names == {"NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA H200",
-                     "NVIDIA A30", "Tesla T4"}
     assert [k for k, m in cat["models"].items() if not m["mig_capable"]] == ["T4"]
     for key, model in cat["models"].items():
         assert model["sources"], key

@@ -71,9 +71,18 @@ class SimHostError(Exception):
 # ---------------------------------------------------------------- catalog
 
 def catalog():
-    """The hardware catalog (catalog.json) as a dict."""
+    """The hardware catalog (catalog.json) as a dict; a board with ``gi_profiles_from`` gets that model's
+    GI/CI profile table (boards of one family share it, e.g. H100 PCIe and H100 80GB HBM3)."""
     with open(CATALOG_PATH, encoding="utf-8") as fh:
-        return json.load(fh)
+        data = json.load(fh)
+    models = data["models"]
+    for key, entry in models.items():
+        source = entry.get("gi_profiles_from")
+        if source:
+            if source not in models or "gi_profiles" not in models[source]:
+                raise SimHostError("catalog model %s: gi_profiles_from %r names no model with a profile table" % (key, source))
+            entry["gi_profiles"] = json.loads(json.dumps(models[source]["gi_profiles"]))
+    return data
 
 
 def resolve_model(model):

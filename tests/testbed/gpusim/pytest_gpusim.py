@@ -6,6 +6,9 @@
 ``gpusim_lib_dir`` (session): directory of the simulated libnvidia-ml.so.1, built if needed.
 ``sim_host`` (function): factory ``sim_host(model, count=1, faults=None, **kw) -> SimHost``; each host
 gets its own state file under the test's tmp_path.
+``mig_parted`` (session): path of NVIDIA's ``nvidia-mig-parted`` v0.15.0, built offline from
+../shared/nvidia/src/mig-parted-v0.15.0.tar.gz by tests/testbed/build-nvidia.sh and cached under
+${GPUFLEET_CACHE}/nvidia/<first 12 hex digits of the tarball's sha256>/bin.
 
 pynvml resolves libnvidia-ml.so.1 with dlopen at its first nvmlInit and keeps it for the life of the
 process, so a process must have LD_LIBRARY_PATH (and GPUFLEET_SIM_NVML_STATE) set before that. The
@@ -19,11 +22,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +70,11 @@ class SimHost(object):
                                  % (proc.returncode, proc.stdout, proc.stderr))
         return proc
 
+    def run(self, argv, timeout=120):
+        """Run a program (e.g. NVIDIA's nvidia-mig-parted) that loads NVML, against this host."""
+        return subprocess.run([str(a) for a in argv], env=self.env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+
     # Thin pass-throughs so tests read naturally.
     def add_process(self, gpu_index, pid, used_mb, gi_id=None, ci_id=None):
         hoststate.add_process(self.state_path, gpu_index, pid, used_mb, gi_id, ci_id)
@@ -90,6 +100,38 @@ def gpusim_lib_dir():
     return path
 
 
+REPO = Path(__file__).resolve().parents[3]
+MIG_PARTED_TARBALL = "mig-parted-v0.15.0.tar.gz"
+
+
+def mig_parted_binary():
+    """NVIDIA's nvidia-mig-parted v0.15.0: built by tests/testbed/build-nvidia.sh where the checkout has it, else
+    looked up in its cache (the same path convention); an AssertionError says how to build it."""
+    build = REPO / "tests" / "testbed" / "build-nvidia.sh"
+    if build.exists():
+        proc = subprocess.run([str(build), "bin", "nvidia-mig-parted"], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise AssertionError("build-nvidia.sh bin nvidia-mig-parted failed:\n%s%s" % (proc.stdout, proc.stderr))
+        return proc.stdout.strip().splitlines()[-1]
+    nvidia_dir = Path(os.environ.get("GPUFLEET_NVIDIA_DIR") or REPO.parent / "shared" / "nvidia")
+    tarball = nvidia_dir / "src" / MIG_PARTED_TARBALL
+    assert tarball.exists(), "NVIDIA's mig-parted source is missing at %s" % tarball
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()[:12]
+    cache = Path(os.environ.get("GPUFLEET_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                 / "gpufleet")
+    binary = cache / "nvidia" / digest / "bin" / "nvidia-mig-parted"
+    assert binary.exists(), ("nvidia-mig-parted v0.15.0 is not built: %s is missing (tar -xzf %s; cd mig-parted-v0.15.0; "
+                             "GOFLAGS=-mod=vendor GOPROXY=off go build -o %s ./cmd/nvidia-mig-parted)"
+                             % (binary, tarball, binary))
+    return str(binary)
+
+
+@pytest.fixture(scope="session")
+def mig_parted():
+    """Path of NVIDIA's nvidia-mig-parted v0.15.0 (see mig_parted_binary)."""
+    return mig_parted_binary()
+
+
 @pytest.fixture
 def sim_host(tmp_path, gpusim_lib_dir):
     """Factory: sim_host(model, count=1, faults=None, driver_version=..., mig_enabled=False) -> SimHost."""
@@ -105,4 +147,4 @@ def sim_host(tmp_path, gpusim_lib_dir):
     return make
 
 
-__all__ = ["SimHost", "STATE_ENV", "gpusim_lib_dir", "sim_host"]
+__all__ = ["SimHost", "STATE_ENV", "gpusim_lib_dir", "mig_parted", "mig_parted_binary", "sim_host"]
