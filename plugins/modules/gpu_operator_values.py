@@ -294,7 +294,8 @@ def main():
             device_plugin_config_default=dict(type="str"),
             values_files=dict(type="list", elements="path", default=[]),
             image_registry=dict(type="str"),
-            image_pull_secrets=dict(type="list", elements="str", default=[]),
+            # Names of Secrets, not their content.
+            image_pull_secrets=dict(type="list", elements="str", default=[], no_log=False),
             extra_values=dict(type="dict", default={}),
             gpu_models=dict(type="list", elements="str", default=[]),
         ),

@@ -96,8 +96,8 @@ def test_a_registry_mirror_pull_secrets_and_values_files_reach_every_image_nvidi
     repositories = dict((k, v["repository"]) for k, v in spec.items() if isinstance(v, dict) and v.get("repository"))
     assert len(repositories) >= 10 and all(r.startswith("mirror.example.com:5000/gpu/nvidia") for r in repositories.values())
     assert spec["cdi"]["enabled"] is False, "the values file reached the chart"
-    assert all(spec[k].get("imagePullSecrets") == ["mirror-pull"] for k in ("driver", "toolkit", "devicePlugin",
-                                                                             "migManager", "gfd", "dcgmExporter", "validator"))
+    components = ("driver", "toolkit", "devicePlugin", "migManager", "gfd", "dcgmExporter", "validator")
+    assert all(spec[k].get("imagePullSecrets") == ["mirror-pull"] for k in components)
     assert all(p.get("imagePullSecrets") == [{"name": "mirror-pull"}] for p in pods), pods
 
 

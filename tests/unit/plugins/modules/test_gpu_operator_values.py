@@ -53,8 +53,8 @@ def test_values_files_are_read_and_each_bad_one_is_named(tmp_path):
     result = run_module(tmp_path, "gpu_operator_values",
                         values_files=[str(good), str(broken), str(listed), str(bomb), str(tmp_path / "missing.yaml")])
     assert result["failed"] and "Traceback" not in result["msg"]
-    assert [p.split(" ", 3)[2] for p in result["problems"]] == [str(broken), str(listed), str(bomb),
-                                                                  str(tmp_path / "missing.yaml")]
+    named = [str(broken), str(listed), str(bomb), str(tmp_path / "missing.yaml")]
+    assert [p.split(" ", 3)[2] for p in result["problems"]] == named
     assert "not valid YAML (line 2)" in result["problems"][0]
     assert "must be a mapping of chart values, got list" in result["problems"][1]
     assert "expands to more than 100000 values" in result["problems"][2]

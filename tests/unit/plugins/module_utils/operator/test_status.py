@@ -70,8 +70,7 @@ def test_driver_pods_of_nvidiadriver_crs_count_as_the_driver():
         return made
     nodes = [node("pool-a"), node("pool-b"), node("pool-c")]
     pods = (all_pods("pool-a", skip=("driver",)) + [cr_driver_pod("pool-a", "nvidia-gpu-driver-ubuntu22.04-646cdfdb96")]
-            + all_pods("pool-b", skip=("driver",)) + [cr_driver_pod("pool-b", "nvidia-gpu-driver-ubuntu24.04-7c6d7bd86b",
-                                                                     ready=False)]
+            + all_pods("pool-b", skip=("driver",)) + [cr_driver_pod("pool-b", "nvidia-gpu-driver-ubuntu24.04-7c6d7bd86b", ready=False)]
             + all_pods("pool-c", skip=("driver",)))
     result = assess(policy(driver={"enabled": True, "useNvidiaDriverCRD": True}), nodes, pods)
     assert result["nodes"]["pool-a"]["driver"] == "ready"

@@ -247,8 +247,8 @@ def test_bad_registry_and_secret_names_and_contradicting_layers_are_refused():
                         "image_pull_secrets entry 'Bad_Name' is not a valid Kubernetes object name"]
     problems = values.settings_problems(_settings(
         image_registry="mirror.example.com",
-        values_files=[{"path": "/etc/gpu/site.yaml", "values": {"toolkit": {"repository": "other.example.com/k8s"},
-                                                                 "psp": {}}},
+        values_files=[{"path": "/etc/gpu/site.yaml",
+                       "values": {"toolkit": {"repository": "other.example.com/k8s"}, "psp": {}}},
                       {"path": "/etc/gpu/pool.yaml", "values": {"mig": {"strategy": "single"}}}]))
     assert problems == [
         "values file /etc/gpu/site.yaml has key(s) psp that the GPU Operator chart does not know",
