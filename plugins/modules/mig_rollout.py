@@ -842,7 +842,7 @@ lock_released:
   returned: when lock.release is true and the rollout ran
   type: str
 api_requests:
-  description: API requests made by this run (total and by verb), for the benchmark.
+  description: API requests made by this run (total and by verb), to measure what a rollout costs the API server.
   returned: always
   type: dict
   contains:

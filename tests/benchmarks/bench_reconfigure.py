@@ -268,7 +268,7 @@ class Bench:
     def extra(self, prefix, max_unavailable):
         return {"profile": PROFILE, "mig_reconfigure_max_unavailable": max_unavailable, "mig_reconfigure_canary": False,
                 "mig_reconfigure_eviction_retry_delay": 1, "mig_reconfigure_lock_name": "bench-" + prefix,
-                # The workloads ask for whole GPUs, which all-1g.10gb takes away: they stay Pending (as before).
+                # The workloads ask for whole GPUs, which all-1g.10gb takes away: they stay Pending.
                 "mig_reconfigure_allow_unschedulable": True}
 
     def inventory_phase(self, inv, count):

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# The paths the collection ships or documents (same list as issue 14's git grep).
+# The paths the collection ships or documents (the collection's shipped paths).
 SCANNED = ("plugins", "roles", "docs", "awx", "README.md", "playbooks", "inventories")
 PATTERN = re.compile(
     r"§[0-9]|shared/reference|reference §|user-pain|ansible-ecosystem\.md|nvidia-gpu-operator-and-mig\.md|nvidia-real-behaviour"

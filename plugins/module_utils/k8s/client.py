@@ -187,7 +187,7 @@ def trace_calls(api_client):
     return api_client
 
 
-# -- transient errors (issue 18) ------------------------------------------------------------------------
+# -- transient errors ------------------------------------------------------------------------------------
 # Answers that say "try again": throttled (429) or the API server / its etcd briefly unavailable (5xx).
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 # Reads are retried by urllib3 itself (the pool's Retry); writes by retry_write below.

@@ -4,8 +4,8 @@
 """The base of every module that talks to the Kubernetes API.
 
 ``KubeModule`` wraps ``AnsibleModule`` the way kubernetes.core's ``AnsibleK8SModule`` does (proxying
-``params``, ``check_mode``, ``warn``, ``exit_json``, ``fail_json`` ...) and adds what each of our modules
-used to repeat:
+``params``, ``check_mode``, ``warn``, ``exit_json``, ``fail_json`` ...) and adds what every one of our
+modules needs:
 
 - the kube_auth options (``k8s.client.AUTH_ARG_SPEC``, documented by the ``kube_auth`` doc fragment) are
   merged into the module's own argument spec;

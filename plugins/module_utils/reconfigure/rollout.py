@@ -141,7 +141,7 @@ class FleetSnapshot(object):
         for pod in self.pods.get("items") or []:
             self.pods_by_node.setdefault((pod.get("spec") or {}).get("nodeName"), []).append(pod)
         self.namespace = namespace
-        self.configmaps = None  # None: read each node's ConfigMap by name (a Role with get only, as before)
+        self.configmaps = None  # None: read each node's ConfigMap by name (works with a Role that grants get only)
         if namespace:
             try:
                 self.configmaps = dict((c["metadata"]["name"], c) for c in ops.list_configmaps(namespace).get("items") or [])

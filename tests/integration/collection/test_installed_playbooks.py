@@ -67,7 +67,7 @@ def test_playbook_runs_by_fqcn_from_the_installed_collection(installed, fqcn):
 
 def test_only_the_installed_copy_is_on_the_path(installed):
     """ansible-galaxy sees the collection in the temp path only, and the old hyphenated name (a file name that is
-    no valid FQCN) is not found, as before the rename."""
+    no valid FQCN) is not found."""
     proc = ansible_playbook(installed, "--syntax-check", "gpufleet.gpu_operator.mig-reconfigure")
     assert proc.returncode != 0 and "could not be found" in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
     listed = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "list", "gpufleet.gpu_operator"],

@@ -1,5 +1,5 @@
 """Every Kubernetes module, and the gpu_nodes inventory, against an API server that cannot be reached, and
-against one that keeps answering 5xx or 429 (issue 18 item 3, issue 14 item 4).
+against one that keeps answering 5xx or 429.
 
 Unreachable: the kubeconfig points at 127.0.0.1 on a port that is bound but not listening, so every
 connection is refused at once (no testbed cluster needed). Failing: tests.testbed.faultproxy in front of the

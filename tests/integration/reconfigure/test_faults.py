@@ -1,4 +1,4 @@
-"""Node faults during mig-reconfigure.yml (issue 18 item 4, issue 16 items 11-12): the node deleted, NotReady during
+"""Node faults during mig-reconfigure.yml: the node deleted, NotReady during
 and after the apply, MIG Manager never started, its label changed by someone else. Each ends in a clear outcome;
 no other node is touched and nothing is left cordoned without being reported."""
 

@@ -512,7 +512,7 @@ def test_concurrent_rollout_is_refused(testbed, gpu_cluster, add_gpu_node, runne
         runner.module("mig_rollout_lock", {"name": lock, "holder": "other-rollout", "state": "absent"})
 
 
-# Where the controller dies (issue 18 item 5), and how each point is reached deterministically: a GPU pod that cannot
+# Where the controller dies, and how each point is reached deterministically: a GPU pod that cannot
 # go holds the drain; MIG Manager slow to act holds "label set, nothing started"; slow apply holds pending; a device
 # plugin that does not re-advertise holds verification; a held hardware read (hold_cordon) holds "verified, still
 # cordoned" before the uncordon.

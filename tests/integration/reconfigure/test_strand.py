@@ -1,4 +1,4 @@
-"""Never strand a workload (issue 20): an order that strands nothing is chosen where the given one would, the evicted
+"""Never strand a workload: an order that strands nothing is chosen where the given one would, the evicted
 pods are followed until they run again (or listed Pending with the scheduler's reason); and a rollout whose evicted
 pods would find no GPU room afterwards is refused before any change - by the plan (check mode and run) and by an
 apply step called alone - naming the pods, what they ask for and the room there will be;

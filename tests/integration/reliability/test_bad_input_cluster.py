@@ -1,5 +1,4 @@
-"""Generated bad input pointed at the testbed cluster: refused, and the cluster left exactly as it was (issue 18,
-item 6).
+"""Generated bad input pointed at the testbed cluster: refused, and the cluster left exactly as it was.
 
 A sample of the bad inputs of tests/unit/reliability (same strategies, derandomized) is aimed at real objects:
 simulated GPU nodes with GPU and CPU workloads, NVIDIA's ClusterPolicy, a Lease. The modules that can change the

@@ -93,7 +93,7 @@ class Cache:
 
         Plain JSON, not the client's models: building pydantic models for every pod event was the agents' largest
         cost at 1000 nodes. A watch that ends (timeout_seconds) resumes where it was: a re-list of every pod
-        marks every node dirty, which made each node reconcile again and again at 1000 nodes (issue 19).
+        marks every node dirty, which made each node reconcile again and again at 1000 nodes.
         """
         version = None
         while not self.stopping.is_set():

@@ -71,7 +71,7 @@ class MetricsServer:
     """One HTTP server on 127.0.0.1:<free port> for every node's exporter, each under its own path.
 
     One server thread, not one per node: a thread per node polling for shutdown twice a second kept the GIL busy
-    at 1000 nodes, and the agents fell behind the cluster (issue 19).
+    at 1000 nodes, and the agents fell behind the cluster.
     """
 
     def __init__(self):

@@ -1,4 +1,4 @@
-"""Generated bad inputs for every user-facing input of the collection (issue 18, item 6).
+"""Generated bad inputs for every user-facing input of the collection.
 
 Each strategy draws a ``Case``: where the input goes (a module, a role entry point, the inventory plugin), the bad
 input itself, and the names one of which the error message must contain (the option, or the field path of a

@@ -1,5 +1,5 @@
 """Generated bad input for every module, role entry point, mig-parted config, device-plugin config and the inventory
-plugin (issue 18, item 6). Each input must be refused with one line that names the option or field, changed=false,
+plugin. Each input must be refused with one line that names the option or field, changed=false,
 and never a traceback; the strategies are in bad_inputs.py.
 
 Hypothesis runs derandomized without an example database, so CI draws the same inputs every run. Modules run as

@@ -1,4 +1,4 @@
-"""Fixtures for the control-plane reliability tests (issue 18): their own testbed cluster, because these tests stop and start
+"""Fixtures for the control-plane reliability tests: their own testbed cluster, because these tests stop and start
 its kube-apiserver and etcd, which must not disturb the tests of the shared session cluster.
 
 ``testbed``, ``gpu_agents``, ``gpu_cluster`` and ``add_gpu_node`` are overridden for this directory with the

@@ -1,4 +1,4 @@
-"""The API server (or its etcd) restarted mid-rollout (issue 18 item 1), on this directory's own cluster.
+"""The API server (or its etcd) restarted mid-rollout, on this directory's own cluster.
 
 While the canary is ``pending`` (MIG Manager in its hardware step), kube-apiserver or etcd is stopped for 8 s and
 started again (Cluster.component_stopped: down ~15 s in all; kube-controller-manager and kube-scheduler, which exit

@@ -1,4 +1,4 @@
-"""Dropped and stalled watches against the real API server (issue 18 item 2), through tests.testbed.faultproxy
+"""Dropped and stalled watches against the real API server, through tests.testbed.faultproxy
 on 127.0.0.1: the proxy cuts watch connections (RST after a second) and holds one open without sending a byte
 (half-open). KubeOps.watch notices each within a bounded time (server-side timeoutSeconds + the client's read
 timeout), re-lists and resumes; a rollout whose every watch is cut still ends verified.

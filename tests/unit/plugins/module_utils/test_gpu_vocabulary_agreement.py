@@ -1,6 +1,6 @@
 """Drain, capacity, the report, validation and operator status read a time-sliced GPU the same way.
 
-The pod of issue 14: ``resources.limits: {nvidia.com/gpu.shared: 1}`` (time-slicing with renameByDefault),
+The pod: ``resources.limits: {nvidia.com/gpu.shared: 1}`` (time-slicing with renameByDefault),
 on a node advertising ``nvidia.com/gpu.shared: 8`` for 2 GPUs shared 4 ways. Before k8s/gpu_labels the
 report counted no request for it and validation saw a node advertising nothing.
 """

@@ -1,4 +1,4 @@
-"""Transient API faults (issue 18 items 2 and 3): the pool's urllib3 Retry against a real local HTTP server that
+"""Transient API faults: the pool's urllib3 Retry against a real local HTTP server that
 answers 503/429 first, the hand-written write retry, and KubeOps.watch over a fault-injecting transport (a list
 function whose watch responses break, stall or answer 410/5xx as scripted).
 

@@ -29,7 +29,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..",
 STATIC_CONFIGMAP = os.path.join(ROOT, "..", "shared", "nvidia", "gpu-operator-v26.7.0", "assets", "state-mig-manager",
                                 "0400_configmap.yaml")
 
-# GPUs the static config names by device filter that the catalog first lacked (issue 16 item 7).
+# GPUs the static config names by device filter.
 NEW_GPUS = ("0x234210DE", "0x234810DE", "0x233D10DE", "0x232910DE", "0x20B610DE", "0x294110DE", "0x318210DE",
             "0x31C210DE", "0x2BB510DE")
 

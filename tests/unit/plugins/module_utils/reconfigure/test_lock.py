@@ -20,7 +20,7 @@ def test_lease_expiry():
     assert rollout_lock.lease_view(lease)["expires"] == "2026-01-01T11:59:00.000000Z"
 
 
-# -- a write whose answer was lost (issue 18): the retried write answers 409 ------------------------------------
+# -- a write whose answer was lost: the retried write answers 409 --------------------------------------------
 
 class LostAnswerApi(object):
     """A Lease store whose next create/replace lands and then answers 409, as the API server answers the
