@@ -37,6 +37,9 @@ VENDOR_PREFIX = "nvidia.com/"
 LABEL_GPU_PRESENT = "nvidia.com/gpu.present"  # set by the GPU Operator on nodes with an NVIDIA PCI device
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 LABEL_COUNT = "nvidia.com/gpu.count"
+# The most GPUs a node is taken to hold when a label or a resource count says how many (HGX and DGX boards carry
+# 8, the largest 16): a count past it is a broken label, named in one line, never a list built that long.
+MAX_GPUS_PER_NODE = 64
 LABEL_REPLICAS = "nvidia.com/gpu.replicas"
 LABEL_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
 LABEL_MEMORY = "nvidia.com/gpu.memory"

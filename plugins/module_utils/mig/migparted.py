@@ -27,16 +27,21 @@ except ImportError:  # pragma: no cover - PyYAML ships with ansible-core; manage
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.catalog import normalize_pci_device_id, plain_copy
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import MigConfigError, ProfileNameError
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import parse_profile
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import count_problem, parse_profile, short_repr
 
 ENTRY_FIELDS = ("device-filter", "devices", "mig-enabled", "mig-devices")
 _FILTER_RE = re.compile(r"^0[xX][0-9A-Fa-f]{8}(:0[xX][0-9A-Fa-f]{8})?$")
 
 
+def _name(key):
+    """A mapping key as a message names it: plain when a short string, else bounded (a key may be any YAML value)."""
+    return key if isinstance(key, str) and len(key) <= 80 else short_repr(key)
+
+
 def _where(source, name=None, index=None, field=None):
     text = "mig-parted config %s" % source
     if name is not None:
-        text += ": mig-configs.%s" % name
+        text += ": mig-configs.%s" % _name(name)
     if index is not None:
         text += "[%d]" % index
     if field is not None:
@@ -70,27 +75,27 @@ def _check_filter(value, where):
         raise MigConfigError("%s: must not be an empty list" % where)
     for item in values:
         if not isinstance(item, str) or not _FILTER_RE.match(item):
-            raise MigConfigError("%s: %r is not a PCI id (expected 0xDDDDVVVV[:0xSSSSVVVV], e.g. 0x233510DE)"
-                                 % (where, item))
+            raise MigConfigError("%s: %s is not a PCI id (expected 0xDDDDVVVV[:0xSSSSVVVV], e.g. 0x233510DE)"
+                                 % (where, short_repr(item)))
 
 
 def _check_devices(value, where):
     if isinstance(value, str):
         if value != "all":
-            raise MigConfigError("%s: the only string allowed is 'all', got %r" % (where, value))
+            raise MigConfigError("%s: the only string allowed is 'all', got %s" % (where, short_repr(value)))
         return
     if not isinstance(value, list) or not value:
-        raise MigConfigError("%s: expected 'all' or a non-empty list of GPU indices, got %r" % (where, value))
+        raise MigConfigError("%s: expected 'all' or a non-empty list of GPU indices, got %s" % (where, short_repr(value)))
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise MigConfigError("%s: %r is not a GPU index (whole number >= 0)" % (where, item))
+            raise MigConfigError("%s: %s is not a GPU index (whole number >= 0)" % (where, short_repr(item)))
 
 
 def _check_mig_devices(value, enabled, where):
     if value is None:
         value = {}
     if not isinstance(value, dict):
-        raise MigConfigError("%s: expected a mapping of profile -> count, got %r" % (where, value))
+        raise MigConfigError("%s: expected a mapping of profile -> count, got %s" % (where, short_repr(value)))
     if not enabled and value:
         raise MigConfigError("%s: must be empty when mig-enabled is false" % where)
     for profile, count in value.items():
@@ -98,8 +103,9 @@ def _check_mig_devices(value, enabled, where):
             parse_profile(profile)
         except ProfileNameError as exc:
             raise MigConfigError("%s: %s" % (where, exc))
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise MigConfigError("%s.%s: count must be a whole number >= 0, got %r" % (where, profile, count))
+        problem = count_problem(count)
+        if problem:
+            raise MigConfigError("%s.%s: %s" % (where, profile, problem))
     if value and not any(value.values()):
         raise MigConfigError("%s: every count is 0; use mig-devices: {} to enable MIG without instances" % where)
 
@@ -128,12 +134,12 @@ def parse_config(data, source="<config>"):
 
 def _parse_config(data, source):
     config = copy.deepcopy(_load(data, source))
-    unknown = sorted(set(config) - {"version", "mig-configs"})
+    unknown = sorted(set(config) - {"version", "mig-configs"}, key=str)
     if unknown:
-        raise MigConfigError("%s: unknown field(s) %s" % (_where(source), ", ".join(unknown)))
+        raise MigConfigError("%s: unknown field(s) %s" % (_where(source), ", ".join(_name(k) for k in unknown)))
     if config.get("version") != "v1":
-        raise MigConfigError("%s: version: unknown version %r (only 'v1' is accepted)"
-                             % (_where(source), config.get("version")))
+        raise MigConfigError("%s: version: unknown version %s (only 'v1' is accepted)"
+                             % (_where(source), short_repr(config.get("version"))))
     configs = config.get("mig-configs")
     if not isinstance(configs, dict) or not configs:
         raise MigConfigError("%s: mig-configs: expected a non-empty mapping of config name -> entries" % _where(source))
@@ -143,10 +149,10 @@ def _parse_config(data, source):
         for index, entry in enumerate(entries):
             if not isinstance(entry, dict):
                 raise MigConfigError("%s: expected a mapping" % _where(source, name, index))
-            extra = sorted(set(entry) - set(ENTRY_FIELDS))
+            extra = sorted(set(entry) - set(ENTRY_FIELDS), key=str)
             if extra:
                 raise MigConfigError("%s: unknown field(s) %s (allowed: %s)"
-                                     % (_where(source, name, index), ", ".join(map(str, extra)), ", ".join(ENTRY_FIELDS)))
+                                     % (_where(source, name, index), ", ".join(_name(k) for k in extra), ", ".join(ENTRY_FIELDS)))
             for field in ("devices", "mig-enabled"):
                 if field not in entry:
                     raise MigConfigError("%s: required field missing" % _where(source, name, index, field))
@@ -154,8 +160,8 @@ def _parse_config(data, source):
                 _check_filter(entry["device-filter"], _where(source, name, index, "device-filter"))
             _check_devices(entry["devices"], _where(source, name, index, "devices"))
             if not isinstance(entry["mig-enabled"], bool):
-                raise MigConfigError("%s: expected true or false, got %r"
-                                     % (_where(source, name, index, "mig-enabled"), entry["mig-enabled"]))
+                raise MigConfigError("%s: expected true or false, got %s"
+                                     % (_where(source, name, index, "mig-enabled"), short_repr(entry["mig-enabled"])))
             if entry["mig-enabled"] and "mig-devices" not in entry:
                 raise MigConfigError("%s: required when mig-enabled is true (may be {})"
                                      % _where(source, name, index, "mig-devices"))

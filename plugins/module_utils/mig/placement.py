@@ -26,7 +26,7 @@ import collections
 import itertools
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import gpu_instance_profile
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import count_problem, gpu_instance_profile
 
 Solution = collections.namedtuple("Solution", ["feasible", "placements", "creation_order", "reason"])
 
@@ -88,8 +88,9 @@ def _clean_request(by_name, requested):
     request = collections.OrderedDict()
     for name in sorted(requested or {}):
         count = requested[name]
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise PlacementInputError("count for MIG profile '%s' must be a whole number >= 0, got %r" % (name, count))
+        problem = count_problem(count)
+        if problem:
+            raise PlacementInputError("MIG profile '%s': %s" % (name, problem))
         if name not in by_name:
             raise PlacementInputError(
                 "'%s' is not a profile of this GPU (profiles: %s)" % (name, ", ".join(sorted(by_name)))

@@ -16,9 +16,16 @@ __metaclass__ = type
 import collections
 import math
 import re
+import reprlib
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_MIG_PREFIX
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import ProfileNameError
+
+# The largest count of one profile a config, a module option or a label may give for one GPU. No NVIDIA GPU holds
+# more than 7 GPU instances (MIG user guide, supported profiles); a larger count is still planned (and found
+# infeasible, with alternatives), up to this bound, past which the count can only be a mistake and would make
+# the placement search grow with it.
+MAX_PROFILE_COUNT = 64
 
 ATTRIBUTES = ("me.all", "me", "gfx")  # longest first so "me.all" wins over "me"
 
@@ -69,6 +76,26 @@ def parse_profile(name):
 # is a GPU instance of ``<G>g.<GB>gb`` holding one compute instance of C slices, as mig-parted applies it
 # (NVIDIA/mig-parted pkg/mig/config/config.go: CreateGpuInstance, then CreateComputeInstance of the CI profile).
 COMPUTE_SLICES = {1: (1,), 2: (1, 2), 3: (1, 2, 3), 4: (1, 2, 4), 7: (1, 2, 3, 4, 7)}
+
+
+def count_problem(count):
+    """Why ``count`` cannot be a per-GPU instance count of one profile, or None."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        return "count must be a whole number >= 0, got %s" % short_repr(count)
+    if count > MAX_PROFILE_COUNT:
+        return "count %d is more than any GPU holds (at most %d accepted; NVIDIA GPUs hold at most 7 GPU instances)" \
+            % (count, MAX_PROFILE_COUNT)
+    return None
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother = 2, 4, 4, 60, 60
+
+
+def short_repr(value):
+    """A user-given value as an error message shows it: bounded in size and depth, so a YAML alias bomb or a huge
+    string in a config is named by a few characters, never rendered whole."""
+    return _SHORT.repr(value)
 
 
 def compute_slice_options(g):

@@ -14,6 +14,7 @@ import difflib
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog, catalog_data, migparted
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import (
+    PlanningError,
     ProfileNameError,
     UnknownConfigError,
     UnknownProfileError,
@@ -21,6 +22,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors i
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import (
     canonical_profile_name,
     compute_slice_options,
+    count_problem,
     config_name_for,
     gpu_instance_profile,
     is_base_profile,
@@ -160,6 +162,10 @@ def check_profiles(mig_devices, model, gpu_index=None):
     cleaned = {}
     for name, count in (mig_devices or {}).items():
         canonical = canonical_profile_name(name)
+        problem = count_problem(count)
+        if problem:
+            raise PlanningError("MIG profile '%s'%s: %s" % (canonical, " (GPU %s)" % gpu_index if gpu_index is not None
+                                                             else "", problem))
         if canonical not in known:
             parsed = parse_profile(canonical)
             if parsed.c == parsed.g or gpu_instance_profile(canonical) not in known:

@@ -426,6 +426,14 @@ def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_sour
         node = next(n for n in gpu_nodes if n["metadata"]["name"] == name)
         model = _model_for(summary)
         gpu_count = _gpu_count(summary) or (len(_metric_gpus(by_node_metrics[name])) or None)
+        count_finding = None
+        if gpu_count and gpu_count > gpu_labels.MAX_GPUS_PER_NODE:
+            count_finding = _finding(
+                "drift", "error", name,
+                "%s=%d is more GPUs than a node holds (at most %d accepted); its GPUs are not listed"
+                % (gpu_labels.LABEL_COUNT, gpu_count, gpu_labels.MAX_GPUS_PER_NODE),
+                "check GPU Feature Discovery on the node (its labels are rewritten on each of its runs)")
+            gpu_count = None
         label_plan, plan_error = _label_plan(summary, model, gpu_count)
         gpus = _build_gpus(summary, model, gpu_count, label_plan, by_node_metrics[name], options)
         node_pods = pods_by_node.get(name, [])
@@ -439,6 +447,8 @@ def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_sour
             requested.update(pod_gpu_requests(pod))
         since = label_since(node, gpu_labels.LABEL_MIG_STATE)
         node_findings = _drift_findings(summary, label_plan, gpus, plan_error)
+        if count_finding:
+            node_findings.insert(0, count_finding)
         node_findings += _stuck_findings(summary, since, now, options)
         for gpu in gpus:
             for piece in gpu["slices"]:

@@ -11,6 +11,7 @@ sim_faults=None, mig_enabled=False, **create_node_kwargs)`` -> node name; unique
 GPU nodes, deleted after the test.
 """
 
+import datetime
 import json
 import os
 import signal
@@ -30,6 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 GPUSIM_BUILD = REPO_ROOT / "tests" / "testbed" / "gpusim" / "build.sh"
 NAMESPACE = "gpu-operator"
 RELEASE = "gpu-operator"
+# NVIDIA's controller's leader-election Lease (cmd/gpu-operator/main.go LeaderElectionID).
+CONTROLLER_LEASE = "53822513.nvidia.com"
 # migManager.config.name "" as the gpu_operator role renders it (MIG Manager then generates its config).
 GPU_CLUSTER_VALUES = {"mig": {"strategy": "mixed"}, "driver": {"enabled": False}, "toolkit": {"enabled": False},
                       "migManager": {"config": {"name": "", "default": "all-disabled"}}}
@@ -80,6 +83,29 @@ class GpuAgents:
         run_dir = cluster.cluster_dir / "gpu-operator" if cluster is not None else self.hosts_dir / "gpu-operator"
         self.controller = real_operator.Controller(self.testbed.kubeconfig, run_dir, self.hosts_dir / "gpu-operator.log",
                                                    self.namespace).start()
+
+    def wait_controller_leading(self, timeout=150):
+        """Until NVIDIA's controller holds its leader Lease and renews it. An API server outage longer than the
+        controller's renew deadline (controller-runtime's 10 s) makes it exit; the supervisor starts it again after
+        its back-off and the new process waits for the old Lease to expire (15 s) before it labels any new node."""
+        from kubernetes import client
+
+        api = client.CoordinationV1Api(self.testbed.api_client())
+
+        def leading():
+            spec = api.read_namespaced_lease(CONTROLLER_LEASE, self.namespace).spec
+            renewed = spec.renew_time or spec.acquire_time
+            if not spec.holder_identity or renewed is None:
+                return None
+            age = (datetime.datetime.now(datetime.timezone.utc) - renewed).total_seconds()
+            return spec.holder_identity if age < (spec.lease_duration_seconds or 15) else None
+
+        try:
+            return self.testbed.wait_for(leading, timeout, "NVIDIA's controller to lead (Lease %s/%s renewed)"
+                                         % (self.namespace, CONTROLLER_LEASE))
+        except AssertionError as err:
+            tail = self.controller.log_tail() if self.controller is not None else ""
+            raise AssertionError("%s\ncontroller log:\n%s" % (err, tail)) from None
 
     def stop(self):
         if self.controller is not None:

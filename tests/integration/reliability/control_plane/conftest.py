@@ -58,9 +58,13 @@ def gpu_cluster(gpu_agents):
 
 @pytest.fixture
 def add_gpu_node(gpu_agents, request):
+    """As tests/testbed/agents/pytest_agents.py's, after NVIDIA's controller leads again: the tests of this directory
+    stop the API server, which makes the controller exit; a node added before it is back gets no operands."""
     created = []
 
     def make(hint, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False, **node_kwargs):
+        if not created:
+            gpu_agents.wait_controller_leading()
         name = unique_name(hint or request.node.name[:30])
         created.append(name)
         return gpu_agents.add_gpu_node(name, model, count, labels=labels, faults=faults, sim_faults=sim_faults,

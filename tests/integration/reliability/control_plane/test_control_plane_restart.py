@@ -11,10 +11,8 @@ until its RBAC informers have synced (while /readyz answers 500), which the clie
 Down longer than the apply deadline: the rollout stops; the canary's row records that the API server was
 unreachable, at which step (apply) and that the node is left cordoned; the next node is not started. A re-run
 after the API server is back finishes both nodes (un-wedging the canary, whose simulated MIG Manager gave up
-its step when its own call met the outage).
-
-Before this change the first broken watch raised urllib3's ProtocolError out of the rollout module: the
-playbook failed, rows lost, the canary left cordoned with its step unknown."""
+its step when its own call met the outage). A broken watch must not raise out of the rollout module: that
+would fail the playbook, lose the rows and leave the canary cordoned with its step unknown."""
 
 import datetime
 import json

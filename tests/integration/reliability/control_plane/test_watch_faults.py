@@ -1,10 +1,7 @@
 """Dropped and stalled watches against the real API server, through tests.testbed.faultproxy
 on 127.0.0.1: the proxy cuts watch connections (RST after a second) and holds one open without sending a byte
 (half-open). KubeOps.watch notices each within a bounded time (server-side timeoutSeconds + the client's read
-timeout), re-lists and resumes; a rollout whose every watch is cut still ends verified.
-
-Before this change a cut watch raised urllib3's ProtocolError out of the wait (the rollout module failed and
-its rows were lost), and a stalled one blocked until the node's deadline: watches had no read timeout."""
+timeout), re-lists and resumes; a rollout whose every watch is cut still ends verified."""
 
 import threading
 import time

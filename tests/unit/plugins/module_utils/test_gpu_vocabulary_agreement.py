@@ -100,7 +100,7 @@ def test_one_is_gpu_node_for_inventory_report_and_operator_status():
     bare["metadata"]["labels"] = {}
     assert gpu_labels.is_gpu_node(bare)
     assert [n["name"] for n in report.build_report([bare], [])["nodes"]] == ["bare"]
-    # operator status used to look at gpu.present only and skip it; now it reports the missing operands
+    # operator status does not stop at gpu.present: it reports the missing operands
     result = assess({"spec": {}, "status": {"state": "ready"}}, [bare], [])
     assert sorted(result["nodes"]) == ["bare"]
     assert "bare: driver (node not labelled nvidia.com/gpu.deploy.driver by the operator)" in result["not_ready"]

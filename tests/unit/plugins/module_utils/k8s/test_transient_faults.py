@@ -2,8 +2,8 @@
 answers 503/429 first, the hand-written write retry, and KubeOps.watch over a fault-injecting transport (a list
 function whose watch responses break, stall or answer 410/5xx as scripted).
 
-Each test fails on the code before this change: there the client had no Retry (the first 503 was the answer),
-writes were never retried, and a watch broken by ProtocolError or a read timeout raised out of the rollout.
+Each test fails on a client without that Retry (the first 503 would be the answer), on writes that are not
+retried, and on a watch that lets ProtocolError or a read timeout raise out of the rollout.
 
 No test here reads the real clock: ``clock`` (autouse) stands in for ``time`` in the retry code (k8s/client.py),
 the watch (k8s/api.py) and urllib3's Retry; its ``sleep`` records the wait and moves the clock on. So each test

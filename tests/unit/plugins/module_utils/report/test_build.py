@@ -145,3 +145,13 @@ def test_a_profile_the_model_lacks_is_one_finding_not_a_failed_report():
     assert "without a GPU_I_PROFILE label" in unknown[1]["message"]
     assert [n["name"] for n in built["nodes"]] == ["a", "b"]
     assert "idle" in kinds(built, "b"), "the other node is still reported in full"
+
+
+def test_a_gpu_count_label_no_node_has_is_one_finding_not_a_failed_report():
+    broken = h100("a", **{"nvidia.com/gpu.count": "100000000"})
+    built = build([broken, h100("b")])
+    found = [f for f in built["findings"] if f["node"] == "a" and "nvidia.com/gpu.count" in f["message"]]
+    assert [f["severity"] for f in found] == ["error"]
+    assert "nvidia.com/gpu.count=100000000 is more GPUs than a node holds (at most 64 accepted)" in found[0]["message"]
+    nodes = dict((n["name"], n) for n in built["nodes"])
+    assert nodes["a"]["gpus"] == [] and len(nodes["b"]["gpus"]) == 1
