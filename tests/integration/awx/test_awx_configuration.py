@@ -134,6 +134,8 @@ def test_templates_workflow_and_credential_type_wiring():
     # outlive the job's container; AWX fills in awx_job_id at launch (Jinja in template extra vars).
     report = playbooks["report.yml"]
     assert report["extra_vars"]["gpu_report_dir"] == "/var/lib/gpufleet/reports/job-{{ awx_job_id }}"
+    # The chart values stay out of the site job's output unless a person asks for --diff at launch.
+    assert playbooks["site.yml"]["diff_mode"] is False and playbooks["site.yml"]["ask_diff_mode_on_launch"] is True
     reconfigure = playbooks["mig-reconfigure.yml"]
     assert reconfigure["survey_enabled"] is True and reconfigure["ask_job_type_on_launch"] is True
     assert "survey_profile" in reconfigure["extra_vars"]["profile"], "profile is not derived from the survey"
