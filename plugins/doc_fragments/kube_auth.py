@@ -53,6 +53,7 @@ options:
   proxy:
     description:
       - HTTP proxy URL for API calls. Can also be set with E(K8S_AUTH_PROXY).
+      - Never logged or shown in results, since the URL may carry credentials (C(http://user:password@host:port)).
     type: str
   impersonate_user:
     description:

@@ -82,7 +82,7 @@ AUTH_ARG_SPEC = dict(
     ca_cert=dict(type="path", aliases=["ssl_ca_cert"], fallback=(env_fallback, ["K8S_AUTH_SSL_CA_CERT"])),
     client_cert=dict(type="path", aliases=["cert_file"], fallback=(env_fallback, ["K8S_AUTH_CERT_FILE"])),
     client_key=dict(type="path", aliases=["key_file"], no_log=False, fallback=(env_fallback, ["K8S_AUTH_KEY_FILE"])),
-    proxy=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_PROXY"])),
+    proxy=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_PROXY"])),  # may hold user:password@
     impersonate_user=dict(type="str"),
 )
 
