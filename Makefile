@@ -54,7 +54,7 @@ integration: setup $(INTEGRATION_DEPS) ## integration tests against the testbed 
 build: setup ## ansible-galaxy collection build
 	mkdir -p build && $(BIN)/ansible-galaxy collection build --force --output-path build .
 
-test: setup lint sanity unit build integration $(TEST_EXTRA) ## everything CI runs
+test: setup lint sanity unit ansible-versions build integration $(TEST_EXTRA) ## everything CI runs
 
 clean: ## remove local build outputs (caches outside the repo stay)
 	rm -rf build tests/output .pytest_cache

@@ -31,6 +31,10 @@ options:
     description:
       - V(drained) cordons and evicts; V(cordoned) only cordons (recording the prior state);
         V(uncordoned) restores the schedulability recorded when this module cordoned the node.
+      - The states name the node's end state, as Ansible states do (V(present), V(absent)), where
+        M(kubernetes.core.k8s_drain) names actions (V(drain), V(cordon), V(uncordon)). They also mean more than
+        k8s_drain's: V(uncordoned) uncordons only a node this module cordoned (a node an administrator cordoned stays
+        cordoned), and V(drained) evicts only GPU pods unless O(pod_scope=all).
     type: str
     choices: [drained, cordoned, uncordoned]
     default: drained

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ansible-test needs the collection at ansible_collections/<ns>/<name>; run it on a fresh copy of
-# the tracked and new files, with the local Python 3.11 (no containers).
+# the tracked and new files, with the local Python (ANSIBLE_TEST_PYTHON, 3.11 by default; no containers). The
+# ansible-test run is the one first on PATH (the main venv's, or an ansible-core versions venv: mk/ansible-versions.mk).
 set -euo pipefail
+export ANSIBLE_TEST_PYTHON=${ANSIBLE_TEST_PYTHON:-3.11}
 root=$(git rev-parse --show-toplevel)
 work=$(mktemp -d "$root/build/sanity.XXXXXX" 2>/dev/null || { mkdir -p "$root/build"; mktemp -d "$root/build/sanity.XXXXXX"; })
 trap 'rm -rf "$work"' EXIT
@@ -12,7 +14,8 @@ cd "$root"
 pip_version=$(python - <<'PY'
 from ansible_test._internal.python_requirements import get_venv_packages
 from ansible_test._internal.host_configs import NativePythonConfig
-print(get_venv_packages(NativePythonConfig(version="3.11", path="python3"))["pip"])
+import os
+print(get_venv_packages(NativePythonConfig(version=os.environ["ANSIBLE_TEST_PYTHON"], path="python3"))["pip"])
 PY
 )
 mkdir -p ~/.ansible/test/cache
@@ -21,4 +24,4 @@ git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parent
 cd "$dest"
 git init -q . && git add -A >/dev/null 2>&1
 # shellcheck disable=SC2086  # SANITY_ARGS holds several options
-ansible-test sanity --python 3.11 --requirements --color no ${SANITY_ARGS:-}
+ansible-test sanity --python "$ANSIBLE_TEST_PYTHON" --requirements --color no ${SANITY_ARGS:-}

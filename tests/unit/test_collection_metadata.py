@@ -33,9 +33,19 @@ def test_dependencies_have_upper_bounds_and_real_urls():
     for key in ("repository", "documentation", "issues"):
         assert galaxy[key].startswith("https://github.com/gpufleet/gpu_operator"), galaxy[key]
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
-    assert runtime["requires_ansible"] == ">=2.19.0,<2.20.0"
-    # The claimed range holds the ansible-core the tests run on (requirements/dev.txt).
+    # The claimed range is the ansible-core releases the tests run on (requirements/dev.txt, mk/ansible-versions.mk),
+    # and holds the one running this test.
     from ansible.release import __version__
     from packaging.specifiers import SpecifierSet
 
-    assert __version__ in SpecifierSet(runtime["requires_ansible"]), __version__
+    claimed = SpecifierSet(runtime["requires_ansible"])
+    assert __version__ in claimed, __version__
+    makefile = (ROOT / "mk" / "ansible-versions.mk").read_text()
+    tested = re.search(r"^ANSIBLE_CORE_VERSIONS := (.+)$", makefile, re.M).group(1).split()
+    # The main venv's ansible 12 is ansible-core 2.19; the versions venvs add 2.20 and 2.21.
+    minors = ["2.19"] + sorted({".".join(v.split(".")[:2]) for v in tested})
+    assert minors == ["2.19", "2.20", "2.21"], minors
+    assert all(v in claimed for v in tested) and "2.19.0" in claimed
+    assert "2.22.0" not in claimed and "2.18.99" not in claimed
+    for minor in minors:  # ansible-test reads the ignore file of its own version
+        assert (ROOT / "tests" / "sanity" / ("ignore-%s.txt" % minor)).is_file(), minor

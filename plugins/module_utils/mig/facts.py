@@ -90,8 +90,8 @@ def hardware_from_gfd_labels(labels, allocatable=None, node_name=None):
                                 % (" " + node_name if node_name else "", gpu_labels.LABEL_COUNT))
     if count > gpu_labels.MAX_GPUS_PER_NODE:
         raise PlanningError("node%s: %s=%d is more GPUs than a node holds (at most %d accepted)"
-                                % (" " + node_name if node_name else "", gpu_labels.LABEL_COUNT, count,
-                                   gpu_labels.MAX_GPUS_PER_NODE))
+                            % (" " + node_name if node_name else "", gpu_labels.LABEL_COUNT, count,
+                               gpu_labels.MAX_GPUS_PER_NODE))
     # The board (NVML name and PCI id) the product names: GFD writes the GPU's own NVML name, which differs
     # between boards sharing one profile table (H100 80GB HBM3 and H100 PCIe).
     board = catalog.board(name=gpu_labels.model_from_product(product)) or {}

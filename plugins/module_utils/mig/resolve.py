@@ -164,8 +164,8 @@ def check_profiles(mig_devices, model, gpu_index=None):
         canonical = canonical_profile_name(name)
         problem = count_problem(count)
         if problem:
-            raise PlanningError("MIG profile '%s'%s: %s" % (canonical, " (GPU %s)" % gpu_index if gpu_index is not None
-                                                             else "", problem))
+            where = " (GPU %s)" % gpu_index if gpu_index is not None else ""
+            raise PlanningError("MIG profile '%s'%s: %s" % (canonical, where, problem))
         if canonical not in known:
             parsed = parse_profile(canonical)
             if parsed.c == parsed.g or gpu_instance_profile(canonical) not in known:

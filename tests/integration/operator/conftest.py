@@ -56,7 +56,11 @@ class PlaybookResult:
 
     def table(self):
         results = self.task_results("Print the validation table")
-        return results[0][1]["msg"].splitlines() if results else []
+        if not results:
+            return []
+        lines = results[0][1]["msg"]
+        assert isinstance(lines, list), lines  # one line per item: readable under every callback
+        return lines
 
     def __repr__(self):
         return "rc=%s failures=%s\nstderr=%s" % (self.rc, self.failure_messages(), self.stderr[-2000:])

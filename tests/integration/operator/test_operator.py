@@ -84,6 +84,8 @@ def test_install_validates_and_a_second_run_changes_nothing(operator_sandbox):
     assert policy["spec"]["mig"]["strategy"] == "single"
     table = result.table()
     assert len(table) == 1 + 3 and all(line.split()[-1] == "PASS" for line in table[1:]), table
+    # Every GPU host's labels were compared with its hardware read, the host the cluster stages run from included.
+    assert all("compared" in line.split() for line in table[1:]), table
     status = result.task_results("Wait for ClusterPolicy ready")[0][1]
     assert sorted(status["nodes"]) == ["op-a100", "op-h100", "op-h200"]
     assert "mig-manager" in status["operands"]
@@ -178,6 +180,11 @@ def test_validation_catches_broken_nodes_and_passes_healthy_ones(operator_sandbo
         message = " ".join(result.failure_messages())
         assert "op-a100" in message and "op-h200" in message and "op-h100:" not in message
         assert not core.list_pod_for_all_namespaces(label_selector="gpufleet.io/smoke-test=true").items  # cleaned up
+        # Check mode validates the nodes as they are and fails the same way (no smoke pods: nothing is created).
+        checked = operator_sandbox.site("--check", "--tags", "validate", extra_vars=settings)
+        assert checked.rc != 0, checked
+        message = " ".join(checked.failure_messages())
+        assert "op-a100" in message and "op-h200" in message and "op-h100:" not in message
 
         # The operator role's readiness wait names each node and operand that is not ready.
         waited = operator_sandbox.site("--tags", "operator", extra_vars=dict(settings, gpu_operator_wait_timeout=5))

@@ -1,0 +1,48 @@
+"""The host roles refuse a host reached with ansible_connection=local (the controller), the connection the gpu_nodes
+inventory plugin's API-only hosts and the AWX inventory use, before any task changes or even reads the host; an
+explicit <role>_allow_local_connection lets a controller that is the GPU host through."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def run(tmp_path, role, extra_vars):
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "gpu-1.example.internal": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "gpu_nodes", "gather_facts": False, "tasks": [
+        {"name": "the host role", "ansible.builtin.include_role": {"name": "gpufleet.gpu_operator." + role}}]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
+                           str(tmp_path / "play.yml"), "--check", "-e", json.dumps(extra_vars)],
+                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
+    data = json.loads(proc.stdout[proc.stdout.index("{"):])
+    tasks = [(t["task"]["name"], t["hosts"].get("gpu-1.example.internal", {})) for t in data["plays"][0]["tasks"]]
+    return proc.returncode, tasks
+
+
+@pytest.mark.parametrize("role", ["nvidia_driver", "container_toolkit"])
+def test_a_local_connection_host_is_refused_before_anything_runs(tmp_path, role):
+    rc, tasks = run(tmp_path, role, {})
+    assert rc != 0
+    ran = [name for name, result in tasks if not result.get("skipped")]
+    assert ran[-1].endswith("Refuse to change the controller through a local connection"), ran
+    failed = tasks[-1][1]
+    assert failed.get("failed") and "host gpu-1.example.internal has ansible_connection=local" in failed["msg"]
+    assert "%s_allow_local_connection=true" % role in failed["msg"]
+    assert not any("Gather the facts" in name for name in ran), ran  # the host was not even read
+
+
+@pytest.mark.parametrize("role", ["nvidia_driver", "container_toolkit"])
+def test_the_allow_variable_lets_a_controller_that_is_the_gpu_host_through(tmp_path, role):
+    _rc, tasks = run(tmp_path, role, {"%s_allow_local_connection" % role: True})
+    guard = [result for name, result in tasks if name.endswith("Refuse to change the controller through a local connection")]
+    assert guard and not guard[0].get("failed"), tasks
+    assert len(tasks) > 2, tasks  # the role went on past its guard (what it finds on this machine is not asserted)
