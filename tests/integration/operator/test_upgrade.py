@@ -23,14 +23,15 @@ from tests.testbed.gpusim import hoststate
 # NVIDIA's v26.7.0 chart from the release source the testbed builds the v26.7.0 controller from (built by the
 # operator_sandbox fixture, which starts the controller supervisor).
 CHART_V26_BUILD = real_operator.cache_dir("v26.7.0") / "chart" / "gpu-operator"
-# v26.7.0's chart enables dcgm-exporter's ServiceMonitor by default (v25.3.4's did not); the testbed has no
-# Prometheus Operator CRDs, and without them the controller keeps ClusterPolicy notReady (state-dcgm-exporter).
+# v26.7.0's chart enables dcgm-exporter's ServiceMonitor by default; the testbed has no Prometheus Operator CRDs, and
+# the v26.7.0 controller then skips the ServiceMonitor (v25.3.4's kept the ClusterPolicy notReady): chart defaults.
 # An upgrade re-rolls every operand DaemonSet, so the ClusterPolicy takes longer to be ready again than after the
 # sandbox's install (120 s there): a loaded CI machine took over 120 s once. The role's own default is 900 s.
-UPGRADE = {"gpu_operator_chart_ref": str(CHART_V26_BUILD), "gpu_operator_wait_timeout": 360,
-           "gpu_operator_extra_values": {"nfd": {"enabled": False}, "dcgmExporter": {"serviceMonitor": {"enabled": False}}}}
-# The same upgrade with the chart's default ServiceMonitor: the v26.7.0 controller keeps the ClusterPolicy notReady.
-FAILING_UPGRADE = dict(UPGRADE, gpu_operator_wait_timeout=60, gpu_operator_extra_values={"nfd": {"enabled": False}})
+UPGRADE = {"gpu_operator_chart_ref": str(CHART_V26_BUILD), "gpu_operator_wait_timeout": 360}
+# The same upgrade with the operands' PriorityClass missing: the API server's Priority admission refuses every operand
+# pod, the operand DaemonSets never become available, and the v26.7.0 controller keeps the ClusterPolicy notReady.
+FAILING_UPGRADE = dict(UPGRADE, gpu_operator_wait_timeout=60, gpu_operator_extra_values={
+    "nfd": {"enabled": False}, "daemonsets": {"priorityClassName": "gpufleet-missing-priority"}})
 # CRD resourceVersions after the v25.3.4 install (test_install_v25_module_chart_and_a_mig_layout).
 INSTALLED_CRDS = {}
 GPU_NODES = ("op-a100", "op-h100", "op-h200")
@@ -151,9 +152,9 @@ def test_check_mode_shows_the_crd_difference_and_changes_nothing(operator_sandbo
 
 
 def test_failed_upgrade_is_rolled_back(operator_sandbox):
-    """v26.7.0 with its default ServiceMonitor on a cluster without the Prometheus Operator's CRDs: the v26.7.0
-    controller keeps the ClusterPolicy notReady, the role's wait fails, and the role rolls the release back to the
-    v25.3.4 revision; the v25.3.4 controller makes the ClusterPolicy ready again, nothing of the fleet changed."""
+    """v26.7.0 with a PriorityClass that does not exist for the operands: the v26.7.0 controller keeps the
+    ClusterPolicy notReady, the role's wait fails, and the role rolls the release back to the v25.3.4 revision; the
+    v25.3.4 controller makes the ClusterPolicy ready again, and nothing of the fleet changed."""
     layout = mig_layout(operator_sandbox)
     old_revision, old_chart, old_app = revision(operator_sandbox)
     policy_spec = operator_sandbox.policy()["spec"]
@@ -166,7 +167,7 @@ def test_failed_upgrade_is_rolled_back(operator_sandbox):
     assert message.startswith("GPU Operator upgrade %s (app devel-ubi8) -> gpu-operator-v1.0.0-devel (app main-latest) "
                               "failed at 'Wait for ClusterPolicy ready and the operands on every GPU node': "
                               % old_chart), message
-    assert "ServiceMonitor" in message, message
+    assert "ClusterPolicy cluster-policy: state notReady" in message, message
     assert ("Rolled release gpu-operator/gpu-operator back to revision %s (%s (app devel-ubi8)); the operator is ready "
             "again (3 GPU node(s))." % (old_revision, old_chart)) in message, message
     # The v26.7.0 controller ran the failed upgrade, the v25.3.4 one runs after the rollback.
@@ -197,6 +198,7 @@ def test_upgrade_to_v26_keeps_every_node_mig_layout(operator_sandbox):
     assert controllers_started(operator_sandbox)[-1] == "v26.7.0"
     values = operator_sandbox.bed.helm("get", "values", "gpu-operator", "-n", "gpu-operator", "-o", "json").stdout
     assert '"upgradeCRD":false' in values.replace(" ", "")
+    assert '"serviceMonitor"' not in values  # the chart's default (enabled): the v26.7.0 controller skips it
     wait_for(lambda: (operator_sandbox.policy().get("status") or {}).get("state") == "ready", what="ClusterPolicy ready")
     assert mig_layout(operator_sandbox) == layout
 
