@@ -173,6 +173,7 @@ class Supervisor:
         self.failures = 0
         self.next_start = 0.0
         self.builds = {}  # chart appVersion -> build directory
+        self.releases = {}  # chart appVersion -> release
         self.build = None  # the running controller's build
         self.template = None  # what the running controller was started from (build, image, args, env)
 
@@ -267,13 +268,15 @@ class Supervisor:
             if version != self.missing:
                 log("Deployment %s/%s comes from a chart with appVersion %r; the testbed builds %s: not starting a "
                     "controller" % (self.namespace, DEPLOYMENT, version, ", ".join(
-                        "%s (%s)" % (b.name, v) for v, b in sorted(self.builds.items()))))
+                        "%s (appVersion %s)" % (r, v) for v, r in sorted(self.releases.items()))))
                 self.missing = version
             return
         self.missing = None
-        if self.child is not None and self.child.poll() is None and self.template != self.template_key(build, deployment):
+        if self.template is not None and self.template != self.template_key(build, deployment):
+            # A new pod template is a new pod: no back-off from the old one's exits.
             self.failures = 0
             self.next_start = 0.0
+            self.template = None
             self.stop_child("the Deployment's pod template changed (%s)" % (build / "VERSION").read_text().strip())
         if self.child is not None and self.child.poll() is not None:
             self.failures += 1
@@ -288,8 +291,8 @@ class Supervisor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for release, build_dir in build_all().items():
             self.builds[app_version(build_dir)] = build_dir
-            log("controller %s (chart appVersion %s) from %s"
-                % ((build_dir / "VERSION").read_text().strip(), app_version(build_dir), build_dir))
+            self.releases[app_version(build_dir)] = release
+            log("controller %s, chart appVersion %s: %s" % (release, app_version(build_dir), build_dir))
         log("waiting for Deployment %s/%s" % (self.namespace, DEPLOYMENT))
         while not self.stopping:
             try:

@@ -30,7 +30,9 @@ CHART_V26_BUILD = real_operator.cache_dir("v26.7.0") / "chart" / "gpu-operator"
 UPGRADE = {"gpu_operator_chart_ref": str(CHART_V26_BUILD), "gpu_operator_wait_timeout": 360}
 # The same upgrade with the operands' PriorityClass missing: the API server's Priority admission refuses every operand
 # pod, the operand DaemonSets never become available, and the v26.7.0 controller keeps the ClusterPolicy notReady.
-FAILING_UPGRADE = dict(UPGRADE, gpu_operator_wait_timeout=60, gpu_operator_extra_values={
+# The role's wait after the rollback has the same timeout: the v25.3.4 controller first waits for the leader lease
+# the stopped v26.7.0 one held (about 15 s), then every operand DaemonSet creates its pods again.
+FAILING_UPGRADE = dict(UPGRADE, gpu_operator_wait_timeout=180, gpu_operator_extra_values={
     "nfd": {"enabled": False}, "daemonsets": {"priorityClassName": "gpufleet-missing-priority"}})
 # CRD resourceVersions after the v25.3.4 install (test_install_v25_module_chart_and_a_mig_layout).
 INSTALLED_CRDS = {}
@@ -80,7 +82,7 @@ def controllers_started(sandbox):
     """The release of each controller the testbed started, in order (the supervisor's log names the build's VERSION:
     source, release[, commit])."""
     log = sandbox.agents.controller.log_file.read_text(errors="replace")
-    return [line.split("starting the controller ", 1)[1].split()[1] for line in log.splitlines()
+    return [line.split("starting the controller ", 1)[1].split(": ", 1)[0].split()[1] for line in log.splitlines()
             if "starting the controller " in line]
 
 
