@@ -8,7 +8,7 @@ TESTBED_CLUSTER = $(BIN)/python -m tests.testbed.cluster --name $(TESTBED_NAME) 
 testbed-build: ## build or reuse the cached testbed binaries (k8s, etcd, kwok, helm; cold ~40 min on 2 cores)
 	tests/testbed/build.sh all
 
-testbed-operator-build: ## build or reuse NVIDIA's GPU Operator controller v25.3.4 and extract its chart and assets
+testbed-operator-build: ## build or reuse NVIDIA's GPU Operator controllers and extract their charts and assets: v26.7.0 (the production pin) offline from ../shared/nvidia/src, v25.3.4 from its Go module
 	tests/testbed/build-operator.sh all
 
 testbed-nvidia-build: gpusim-build ## build or reuse, offline from ../shared/nvidia/src, NVIDIA's mig-parted v0.15.0 (nvidia-mig-manager, nvidia-mig-parted) and k8s-device-plugin v0.20.0 (nvidia-device-plugin, config-manager, gpu-feature-discovery, config checker); cgo, so after gpusim-build's gcc

@@ -9,6 +9,9 @@ Running. ``run`` is a small supervisor that plays that pod's container: while th
 ``gpu-operator`` exists in the namespace (after ``helm install``, until ``helm uninstall``), it runs
 the controller binary built by tests/testbed/build-operator.sh with the container's args and env
 taken from the Deployment, restarting it with a back-off when it exits (as the kubelet would).
+The binary is the release whose chart is installed (the pod template's ``app.kubernetes.io/version``
+label is the chart's appVersion: v25.3.4's ``devel-ubi8``, v26.7.0's ``main-latest``), so a ``helm upgrade``
+to another chart switches the controller; any change of the pod template restarts it, as a rollout would.
 
 The controller reads its assets from the fixed path /opt/gpu-operator and the host's os-release from
 /host-etc/os-release (the chart mounts it there), and its leader-election namespace from the
@@ -74,22 +77,48 @@ exec chroot "$root" "$@"
 """
 
 
-def build():
-    """Build or reuse the controller, chart and assets; returns their cache directory."""
-    proc = subprocess.run([str(BUILD), "all"], capture_output=True, text=True, check=False)
+def _script(*args):
+    proc = subprocess.run([str(BUILD), *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise RuntimeError("build-operator.sh failed:\n%s%s" % (proc.stdout, proc.stderr[-4000:]))
-    return Path(proc.stdout.strip().splitlines()[-1])
+        raise RuntimeError("build-operator.sh %s failed:\n%s%s" % (" ".join(args), proc.stdout, proc.stderr[-4000:]))
+    return proc.stdout.strip()
 
 
-def cache_dir():
-    """Cache directory of the controller build (without building)."""
-    return Path(subprocess.run([str(BUILD), "path"], capture_output=True, text=True, check=True).stdout.strip())
+# The releases the testbed builds (build-operator.sh releases) and the production pin, which site.yml in the sandbox
+# and the operator tests install (build-operator.sh version).
+RELEASES = tuple(_script("releases").split())
+PRODUCTION_RELEASE = _script("version")
+# The release of the helm installs made by the shared session cluster's fixtures (tests/testbed/agents/pytest_agents.py)
+# and of the tests written against them; GPUFLEET_OPERATOR_RELEASE picks another.
+DEFAULT_RELEASE = os.environ.get("GPUFLEET_OPERATOR_RELEASE") or "v25.3.4"
 
 
-def chart_dir():
-    """NVIDIA's chart from the module (deployments/gpu-operator), built/extracted when missing."""
-    return build() / "chart" / "gpu-operator"
+def build(release=None):
+    """Build or reuse ``release``'s controller, chart and assets; returns their cache directory."""
+    return Path(_script("build", release or DEFAULT_RELEASE).splitlines()[-1])
+
+
+def build_all():
+    """Build or reuse every release; returns {release: cache directory}."""
+    _script("all")
+    return dict((release, cache_dir(release)) for release in RELEASES)
+
+
+def cache_dir(release=None):
+    """Cache directory of ``release``'s build (without building)."""
+    return Path(_script("path", release or DEFAULT_RELEASE))
+
+
+def chart_dir(release=None):
+    """NVIDIA's chart of ``release`` (deployments/gpu-operator of its source), built/extracted when missing."""
+    return build(release) / "chart" / "gpu-operator"
+
+
+def app_version(build_dir):
+    """The chart's appVersion in a build (what the chart puts in its pods' app.kubernetes.io/version label)."""
+    import yaml
+
+    return str(yaml.safe_load((Path(build_dir) / "chart" / "gpu-operator" / "Chart.yaml").read_text())["appVersion"])
 
 
 def flatten_kubeconfig(source, dest):
@@ -139,10 +168,14 @@ class Supervisor:
         self.apps = client.AppsV1Api(api)
         self.ext = client.ApiextensionsV1Api(api)
         self.child = None
+        self.missing = None  # the appVersion last reported as having no build
         self.stopping = False
         self.failures = 0
         self.next_start = 0.0
-        self.build = None
+        self.builds = {}  # chart appVersion -> build directory
+        self.releases = {}  # chart appVersion -> release
+        self.build = None  # the running controller's build
+        self.template = None  # what the running controller was started from (build, image, args, env)
 
     def deployment(self):
         from kubernetes.client.rest import ApiException
@@ -164,6 +197,17 @@ class Supervisor:
                 return False
             raise
         return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+    def build_for(self, deployment):
+        """The build whose chart made ``deployment`` (by its pod template's app.kubernetes.io/version), or None."""
+        labels = deployment.spec.template.metadata.labels or {}
+        return self.builds.get(labels.get("app.kubernetes.io/version"))
+
+    @staticmethod
+    def template_key(build, deployment):
+        container = next(c for c in deployment.spec.template.spec.containers if c.name == "gpu-operator")
+        env = [(v.name, v.value) for v in container.env or []]
+        return (str(build), container.image, tuple(container.args or ()), tuple(env))
 
     def command(self, deployment):
         """unshare ... chroot ... gpu-operator <the container's args>, and the container's env."""
@@ -189,10 +233,12 @@ class Supervisor:
                 "gpufleet-operator-ns", str(root), str(self.build / "opt" / "gpu-operator"), self.namespace, *binds, "--", *controller]
         return argv, env
 
-    def start_child(self, deployment):
+    def start_child(self, deployment, build):
         flatten_kubeconfig(self.kubeconfig, self.run_dir / "kubeconfig")
+        self.build = build
+        self.template = self.template_key(build, deployment)
         argv, env = self.command(deployment)
-        log("starting the controller: %s" % " ".join(argv[argv.index("--", 8) + 1:]))
+        log("starting the controller %s: %s" % ((build / "VERSION").read_text().strip(), " ".join(argv[argv.index("--", 8) + 1:])))
         # Same stdout/stderr as the supervisor (its log file).
         self.child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)  # pylint: disable=consider-using-with
 
@@ -215,6 +261,23 @@ class Supervisor:
             self.failures = 0
             self.stop_child("Deployment %s/%s is gone" % (self.namespace, DEPLOYMENT))
             return
+        build = self.build_for(deployment)
+        if build is None:
+            self.stop_child("no testbed build for the chart's appVersion")
+            version = (deployment.spec.template.metadata.labels or {}).get("app.kubernetes.io/version")
+            if version != self.missing:
+                log("Deployment %s/%s comes from a chart with appVersion %r; the testbed builds %s: not starting a "
+                    "controller" % (self.namespace, DEPLOYMENT, version, ", ".join(
+                        "%s (appVersion %s)" % (r, v) for v, r in sorted(self.releases.items()))))
+                self.missing = version
+            return
+        self.missing = None
+        if self.template is not None and self.template != self.template_key(build, deployment):
+            # A new pod template is a new pod: no back-off from the old one's exits.
+            self.failures = 0
+            self.next_start = 0.0
+            self.template = None
+            self.stop_child("the Deployment's pod template changed (%s)" % (build / "VERSION").read_text().strip())
         if self.child is not None and self.child.poll() is not None:
             self.failures += 1
             delay = min(30.0, 2.0 * 2 ** (self.failures - 1))
@@ -222,13 +285,15 @@ class Supervisor:
             self.child = None
             self.next_start = time.monotonic() + delay
         if self.child is None and time.monotonic() >= self.next_start and self.crd_established():
-            self.start_child(deployment)
+            self.start_child(deployment, build)
 
     def run(self):
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.build = build()
-        log("controller %s from %s; waiting for Deployment %s/%s"
-            % ((self.build / "VERSION").read_text().strip(), self.build, self.namespace, DEPLOYMENT))
+        for release, build_dir in build_all().items():
+            self.builds[app_version(build_dir)] = build_dir
+            self.releases[app_version(build_dir)] = release
+            log("controller %s, chart appVersion %s: %s" % (release, app_version(build_dir), build_dir))
+        log("waiting for Deployment %s/%s" % (self.namespace, DEPLOYMENT))
         while not self.stopping:
             try:
                 self.step()
@@ -248,7 +313,7 @@ class Controller:
         self.proc = None
 
     def start(self):
-        build()
+        build_all()
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log_fh:
             self.proc = subprocess.Popen(self.argv, stdout=log_fh, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
@@ -290,8 +355,8 @@ def _parser():
             cmd.add_argument("--pidfile", required=True)
     for name in ("stop", "status"):
         sub.add_parser(name).add_argument("--pidfile", required=True)
-    sub.add_parser("build")
-    sub.add_parser("chart")
+    for name in ("build", "chart"):
+        sub.add_parser(name).add_argument("--release", choices=RELEASES, default=DEFAULT_RELEASE)
     return parser
 
 
@@ -308,7 +373,7 @@ def main(argv=None):
         supervisor.run()
         return 0
     if args.command == "start":
-        build()  # fail here, in the foreground, if the build fails
+        build_all()  # fail here, in the foreground, if a build fails
         argv = [sys.executable, "-m", "tests.testbed.operator", "run", "--kubeconfig", str(Path(args.kubeconfig).resolve()),
                 "--run-dir", str(Path(args.run_dir).resolve()), "--namespace", args.namespace]
         return daemon.start("gpu-operator controller", argv, args.pidfile)
@@ -317,9 +382,9 @@ def main(argv=None):
     if args.command == "status":
         return daemon.status("gpu-operator controller", args.pidfile)
     if args.command == "build":
-        print(build())
+        print(build(args.release))
         return 0
-    print(chart_dir())
+    print(chart_dir(args.release))
     return 0
 
 

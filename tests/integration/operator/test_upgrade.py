@@ -1,10 +1,12 @@
-"""Operator upgrade with the gpu_operator role: NVIDIA's v25.3.4 chart (from the GPU Operator Go module the testbed
-builds) installed, then upgraded to NVIDIA's v26.7.0 chart (read-only from ../shared, see test_chart_pin.py).
+"""Operator upgrade with the gpu_operator role: NVIDIA's v25.3.4 (chart and controller from the GPU Operator Go module)
+installed, then upgraded to NVIDIA's v26.7.0 (chart and controller built from its release source), both controllers
+real: the testbed runs the controller of the chart that is installed (tests/testbed/operator.py), so the binary
+switches with the chart on upgrade and on rollback.
 
 The tests build on each other in file order on one cluster (the operator_sandbox fixture): install and a MIG layout,
-the refusals (a node in `pending`, a held rollout Lease: nothing changes), check mode (nothing changes), the upgrade
-(ClusterPolicy ready again, every node's MIG layout unchanged) and an idempotent re-run. The controller binary stays
-v25.3.4 throughout: only the chart, its CRDs and the ClusterPolicy come from v26.7.0 (docs/operator.md).
+the refusals (a node in `pending`, a held rollout Lease: nothing changes), check mode (nothing changes), a failed
+upgrade rolled back (ClusterPolicy, values and every node's MIG layout as before the run), the upgrade (ClusterPolicy
+ready again, every node's MIG layout unchanged) and an idempotent re-run.
 """
 
 import datetime
@@ -15,14 +17,25 @@ from kubernetes import client
 
 from tests.integration.operator.test_chart_pin import CHART_V26
 from tests.integration.operator.test_operator import set_mig_config, wait_for
+from tests.testbed import operator as real_operator
 from tests.testbed.gpusim import hoststate
 
-# v26.7.0's chart enables dcgm-exporter's ServiceMonitor by default (v25.3.4's did not); the testbed has no
-# Prometheus Operator CRDs, and without them the controller keeps ClusterPolicy notReady (state-dcgm-exporter).
+# NVIDIA's v26.7.0 chart from the release source the testbed builds the v26.7.0 controller from (built by the
+# operator_sandbox fixture, which starts the controller supervisor).
+CHART_V26_BUILD = real_operator.cache_dir("v26.7.0") / "chart" / "gpu-operator"
+# v26.7.0's chart enables dcgm-exporter's ServiceMonitor by default; the testbed has no Prometheus Operator CRDs, and
+# the v26.7.0 controller then skips the ServiceMonitor (v25.3.4's kept the ClusterPolicy notReady): chart defaults.
 # An upgrade re-rolls every operand DaemonSet, so the ClusterPolicy takes longer to be ready again than after the
 # sandbox's install (120 s there): a loaded CI machine took over 120 s once. The role's own default is 900 s.
-UPGRADE = {"gpu_operator_chart_ref": str(CHART_V26), "gpu_operator_wait_timeout": 360,
-           "gpu_operator_extra_values": {"nfd": {"enabled": False}, "dcgmExporter": {"serviceMonitor": {"enabled": False}}}}
+UPGRADE = {"gpu_operator_chart_ref": str(CHART_V26_BUILD), "gpu_operator_wait_timeout": 360}
+# The same upgrade with the operands' PriorityClass missing: the API server's Priority admission refuses every operand
+# pod, the operand DaemonSets never become available, and the v26.7.0 controller keeps the ClusterPolicy notReady.
+# The role's wait after the rollback has the same timeout: the v25.3.4 controller first waits for the leader lease
+# the stopped v26.7.0 one held (about 15 s), then every operand DaemonSet creates its pods again.
+FAILING_UPGRADE = dict(UPGRADE, gpu_operator_wait_timeout=180, gpu_operator_extra_values={
+    "nfd": {"enabled": False}, "daemonsets": {"priorityClassName": "gpufleet-missing-priority"}})
+# CRD resourceVersions after the v25.3.4 install (test_install_v25_module_chart_and_a_mig_layout).
+INSTALLED_CRDS = {}
 GPU_NODES = ("op-a100", "op-h100", "op-h200")
 MIG_LABELS = ("nvidia.com/mig.config", "nvidia.com/mig.config.state", "nvidia.com/mig.strategy")
 
@@ -65,6 +78,14 @@ def revision(sandbox):
     return releases[0]["revision"], releases[0]["chart"], releases[0]["app_version"]
 
 
+def controllers_started(sandbox):
+    """The release of each controller the testbed started, in order (the supervisor's log names the build's VERSION:
+    source, release[, commit])."""
+    log = sandbox.agents.controller.log_file.read_text(errors="replace")
+    return [line.split("starting the controller ", 1)[1].split(": ", 1)[0].split()[1] for line in log.splitlines()
+            if "starting the controller " in line]
+
+
 def assert_nothing_changed(sandbox, before_revision, before_crds):
     assert revision(sandbox) == before_revision
     assert crd_versions(sandbox) == before_crds
@@ -79,7 +100,9 @@ def test_install_v25_module_chart_and_a_mig_layout(operator_sandbox):
     assert not ran(result, "Refuse the upgrade")
     assert operator_sandbox.policy()["status"]["state"] == "ready"
     set_mig_config(operator_sandbox, "op-h100", "all-1g.10gb")
-    assert "gpuclusters.nvidia.com" not in crd_versions(operator_sandbox)
+    INSTALLED_CRDS.update(crd_versions(operator_sandbox))
+    assert "gpuclusters.nvidia.com" not in INSTALLED_CRDS
+    assert controllers_started(operator_sandbox)[-1] == "v25.3.4"
 
 
 def test_upgrade_refused_while_a_node_is_pending(operator_sandbox):
@@ -130,20 +153,54 @@ def test_check_mode_shows_the_crd_difference_and_changes_nothing(operator_sandbo
     assert_nothing_changed(operator_sandbox, *before)
 
 
+def test_failed_upgrade_is_rolled_back(operator_sandbox):
+    """v26.7.0 with a PriorityClass that does not exist for the operands: the v26.7.0 controller keeps the
+    ClusterPolicy notReady, the role's wait fails, and the role rolls the release back to the v25.3.4 revision; the
+    v25.3.4 controller makes the ClusterPolicy ready again, and nothing of the fleet changed."""
+    layout = mig_layout(operator_sandbox)
+    old_revision, old_chart, old_app = revision(operator_sandbox)
+    policy_spec = operator_sandbox.policy()["spec"]
+    values = operator_sandbox.bed.helm("get", "values", "gpu-operator", "-n", "gpu-operator", "-o", "json").stdout
+    started = len(controllers_started(operator_sandbox))
+
+    result = operator_sandbox.site("--tags", "operator", extra_vars=FAILING_UPGRADE)
+    assert result.rc != 0, result
+    message = result.failure_messages()[-1]
+    assert message.startswith("GPU Operator upgrade %s (app devel-ubi8) -> gpu-operator-v1.0.0-devel (app main-latest) "
+                              "failed at 'Wait for ClusterPolicy ready and the operands on every GPU node': "
+                              % old_chart), message
+    assert "ClusterPolicy cluster-policy: state notReady" in message, message
+    assert ("Rolled release gpu-operator/gpu-operator back to revision %s (%s (app devel-ubi8)); the operator is ready "
+            "again (3 GPU node(s))." % (old_revision, old_chart)) in message, message
+    # The v26.7.0 controller ran the failed upgrade, the v25.3.4 one runs after the rollback.
+    versions = controllers_started(operator_sandbox)[started:]
+    assert versions[0] == "v26.7.0" and versions[-1] == "v25.3.4", versions
+
+    new_revision, chart, app = revision(operator_sandbox)
+    assert (int(new_revision), chart, app) == (int(old_revision) + 2, old_chart, old_app)
+    assert operator_sandbox.bed.helm("get", "values", "gpu-operator", "-n", "gpu-operator", "-o", "json").stdout == values
+    policy = operator_sandbox.policy()
+    assert policy["status"]["state"] == "ready"
+    assert policy["spec"] == policy_spec
+    assert mig_layout(operator_sandbox) == layout
+    assert "gpuclusters.nvidia.com" in crd_versions(operator_sandbox)  # the target chart's CRDs stay applied
+
+
 def test_upgrade_to_v26_keeps_every_node_mig_layout(operator_sandbox):
     layout = mig_layout(operator_sandbox)
     assert layout["op-h100"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
     old_revision, _chart, old_app = revision(operator_sandbox)
-    old_crds = crd_versions(operator_sandbox)
     result = operator_sandbox.site("--tags", "operator", extra_vars=UPGRADE)
     assert result.rc == 0, result
     new_revision, _chart, new_app = revision(operator_sandbox)
     assert (int(new_revision), old_app, new_app) == (int(old_revision) + 1, "devel-ubi8", "main-latest")
     crds = crd_versions(operator_sandbox)
     assert "gpuclusters.nvidia.com" in crds
-    assert crds["clusterpolicies.nvidia.com"] != old_crds["clusterpolicies.nvidia.com"]
+    assert crds["clusterpolicies.nvidia.com"] != INSTALLED_CRDS["clusterpolicies.nvidia.com"]
+    assert controllers_started(operator_sandbox)[-1] == "v26.7.0"
     values = operator_sandbox.bed.helm("get", "values", "gpu-operator", "-n", "gpu-operator", "-o", "json").stdout
     assert '"upgradeCRD":false' in values.replace(" ", "")
+    assert '"serviceMonitor"' not in values  # the chart's default (enabled): the v26.7.0 controller skips it
     wait_for(lambda: (operator_sandbox.policy().get("status") or {}).get("state") == "ready", what="ClusterPolicy ready")
     assert mig_layout(operator_sandbox) == layout
 
