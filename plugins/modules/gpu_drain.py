@@ -33,7 +33,7 @@ options:
         V(uncordoned) restores the schedulability recorded when this module cordoned the node.
       - The states name the node's end state, as Ansible states do (V(present), V(absent)), where
         M(kubernetes.core.k8s_drain) names actions (V(drain), V(cordon), V(uncordon)). They also mean more than
-        k8s_drain's: V(uncordoned) uncordons only a node this module cordoned (a node an administrator cordoned stays
+        k8s_drain's, since V(uncordoned) uncordons only a node this module cordoned (a node an administrator cordoned stays
         cordoned), and V(drained) evicts only GPU pods unless O(pod_scope=all).
     type: str
     choices: [drained, cordoned, uncordoned]

@@ -5,7 +5,7 @@ switches with the chart on upgrade and on rollback.
 
 The tests build on each other in file order on one cluster (the operator_sandbox fixture): install and a MIG layout,
 the refusals (a node in `pending`, a held rollout Lease: nothing changes), check mode (nothing changes), a failed
-upgrade rolled back (ClusterPolicy, values and every node's MIG layout as before the run), the upgrade (ClusterPolicy
+upgrade rolled back (ClusterPolicy, values and every node's MIG layout equal to those before the run), the upgrade (ClusterPolicy
 ready again, every node's MIG layout unchanged) and an idempotent re-run.
 """
 
