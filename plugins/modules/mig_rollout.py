@@ -85,7 +85,6 @@ options:
     default: false
   rows:
     description:
-      - Deprecated, to be removed in 1.0.0; omit it - the held nodes are found from the cluster.
       - With O(phase=release), the O(rows) an apply with O(hold_cordon=true) returned.
       - When omitted, the nodes of O(nodes) held are found from the cluster (cordoned by the rollout, the
         C(gpufleet.io/mig-target-config) marker at O(config), MIG Manager at success, allocatable and GFD labels
@@ -190,8 +189,8 @@ options:
     description:
       - The rollout Lease (see M(gpufleet.gpu_operator.mig_rollout_lock)), renewed while the nodes run.
       - The C(gpufleet.gpu_operator.mig_reconfigure) role takes and releases it with
-        M(gpufleet.gpu_operator.mig_rollout_lock) and passes only what renewal needs (O(lock.take) and
-        O(lock.release) are deprecated).
+        M(gpufleet.gpu_operator.mig_rollout_lock) and passes only what renewal needs; O(lock.take) and
+        O(lock.release) remain for playbooks that call this module alone.
       - With O(lock.take=true) this call takes it first (a rollout's first call; saves a module run), and a live
         Lease of another holder stops it before any node is touched.
     type: dict
@@ -213,27 +212,19 @@ options:
         type: int
         default: 120
       take:
-        description:
-          - Deprecated, to be removed in 1.0.0; take the Lease with M(gpufleet.gpu_operator.mig_rollout_lock).
-          - Take the Lease before any node starts (or renew it when this holder has it already).
+        description: Take the Lease before any node starts (or renew it when this holder has it already).
         type: bool
         default: false
       break_lock:
-        description:
-          - Deprecated, to be removed in 1.0.0; use M(gpufleet.gpu_operator.mig_rollout_lock).
-          - With O(lock.take=true), take the Lease even from a live holder. Only when that holder is known to be gone.
+        description: With O(lock.take=true), take the Lease even from a live holder. Only when that holder is known to be gone.
         type: bool
         default: false
       description:
-        description:
-          - Deprecated, to be removed in 1.0.0; use M(gpufleet.gpu_operator.mig_rollout_lock).
-          - With O(lock.take=true), free text stored on the Lease (what is rolled out), shown to a refused rollout.
+        description: With O(lock.take=true), free text stored on the Lease (what is rolled out), shown to a refused rollout.
         type: str
         default: ''
       release:
-        description:
-          - Deprecated, to be removed in 1.0.0; release the Lease with M(gpufleet.gpu_operator.mig_rollout_lock).
-          - Release the Lease when this call ends (the last call of a rollout).
+        description: Release the Lease when this call ends (the last call of a rollout; saves a module run).
         type: bool
         default: false
 attributes:
@@ -270,7 +261,7 @@ EXAMPLES = r"""
     nodes: [gpu-node-3, gpu-node-4, gpu-node-5, gpu-node-6]
     config: all-balanced
     max_unavailable: 2
-    lock: {holder: "rollout-42"}  # taken before with gpufleet.gpu_operator.mig_rollout_lock
+    lock: {holder: "rollout-42", take: true, release: true, description: "all-balanced on 4 nodes"}
 
 - name: Reconfigure a node and keep it cordoned for a hardware check
   gpufleet.gpu_operator.mig_rollout:
@@ -290,6 +281,7 @@ EXAMPLES = r"""
     phase: release
     nodes: [gpu-node-7]
     config: all-balanced
+    rows: "{{ held.rows }}"
     hardware: {gpu-node-7: {gpus: "{{ node7_gpus.gpus }}"}}
 """
 
@@ -633,15 +625,15 @@ rows:
           type: float
     started_s:
       description: When the node's slot took it (before its fresh plan), in seconds since the module started.
-      returned: phase=apply, with the environment variable C(GPUFLEET_ROLLOUT_TIMELINE) set (the benchmark)
+      returned: phase=apply
       type: float
     finished_s:
       description: When the node's slot was free again, in seconds since the module started.
-      returned: phase=apply, with the environment variable C(GPUFLEET_ROLLOUT_TIMELINE) set (the benchmark)
+      returned: phase=apply
       type: float
     overhead_s:
       description: Seconds outside the timed steps.
-      returned: phase=apply, with the environment variable C(GPUFLEET_ROLLOUT_TIMELINE) set, for the nodes that ran
+      returned: phase=apply
       type: dict
       contains:
         plan:
@@ -892,7 +884,7 @@ timeline:
   description:
     - Where RV(duration_s) went, in seconds. A rollout's wall time beyond its nodes' steps is mostly here and in the
       spread of RV(rows[].finished_s) of the last nodes.
-  returned: phase=apply, not check mode, with the environment variable C(GPUFLEET_ROLLOUT_TIMELINE) set (the benchmark)
+  returned: phase=apply, not check mode
   type: dict
   contains:
     prepare_s:
@@ -902,23 +894,21 @@ timeline:
       type: float
     pods_listed_s:
       description: Listing the pods whose replacements are followed after the last node.
-      returned: always
+      returned: when nodes ran
       type: float
     nodes_s:
       description: From the first node taken to the last node done.
-      returned: always
+      returned: when nodes ran
       type: float
     follow_s:
       description: Following the evicted pods' replacements after the last node.
-      returned: always
+      returned: when nodes ran
       type: float
     finish_s:
-      description: Posting the queued Events (0 without O(events) and O(progress_file)).
+      description: Posting the queued Events, renewing and releasing the lock.
       returned: always
       type: float
 """
-
-import os
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, options, timeline
@@ -930,8 +920,7 @@ D = options.DEFAULTS
 def roll(module):
     params = module.params
     targets = [(name, params["config"]) for name in params["nodes"] if name]
-    observer = timeline.Timeline() if os.environ.get(timeline.ENVIRONMENT) else None
-    engine = Rollout(module.new_api_client, targets, params, observer=observer)
+    engine = Rollout(module.new_api_client, targets, params, observer=timeline.Timeline())
     if params["phase"] == "plan" or module.check_mode:
         result, error = engine.plan(check_mode=module.check_mode, diff=module._diff)
     else:
@@ -971,7 +960,6 @@ def check(module):
 
 
 def main():
-    deprecated = dict(removed_in_version="1.0.0", removed_from_collection="gpufleet.gpu_operator")
     module = KubeModule(dict(
         nodes=dict(type="list", elements="str", required=True),
         config=dict(type="str", required=True),
@@ -980,7 +968,7 @@ def main():
         canary=dict(type="bool", default=True),
         allow_unschedulable=dict(type="bool", default=False),
         hold_cordon=dict(type="bool", default=False),
-        rows=dict(type="list", elements="dict", **deprecated),
+        rows=dict(type="list", elements="dict"),
         operator_namespace=dict(type="str", default=D["operator_namespace"]),
         strategy=dict(type="str", choices=["none", "single", "mixed"]),
         pod_scope=dict(type="str", choices=["gpu", "all"], default=D["pod_scope"]),
@@ -1003,10 +991,10 @@ def main():
             name=dict(type="str", default=options.LOCK_DEFAULTS["name"]),
             holder=dict(type="str", required=True),
             duration=dict(type="int", default=options.LOCK_DEFAULTS["duration"]),
-            take=dict(type="bool", default=False, **deprecated),
-            break_lock=dict(type="bool", default=False, **deprecated),
-            description=dict(type="str", default="", **deprecated),
-            release=dict(type="bool", default=False, **deprecated),
+            take=dict(type="bool", default=False),
+            break_lock=dict(type="bool", default=False),
+            description=dict(type="str", default=""),
+            release=dict(type="bool", default=False),
         )),
     ), names={"nodes[]": "name", "operator_namespace": "namespace", "lock.name": "name", "lock.namespace": "namespace"},
         numbers={"grace_period": {"minimum": 0}, "eviction_retry_delay": {"minimum": 0}, "lock.duration": {"minimum": 10}},

@@ -179,14 +179,12 @@ class Rollout(object):
         try:
             yield
         finally:
-            self.observer.step_started("finish")
             self.tracker.finish()
-            self.observer.step_finished("finish")
 
     @contextlib.contextmanager
     def lease(self):
-        """The rollout Lease renewed while the nodes run (taken first and released last when the deprecated
-        lock.take and lock.release ask)."""
+        """The rollout Lease renewed while the nodes run (taken first and released last when lock.take and
+        lock.release ask; released even when a step raised)."""
         options = self.params.get("lock")
         if not options:
             yield
@@ -195,11 +193,13 @@ class Rollout(object):
                            options["duration"], counter=self.counter, description=options.get("description"))
         if options.get("take"):
             self.lock_taken = lock.acquire(break_lock=options.get("break_lock"))[1]
-        with LeaseRenewer(lock) as renewer:
-            self.renewer = renewer
-            yield
-        if options.get("release"):
-            self.lock_released = self.give_lock_back(lock)
+        try:
+            with LeaseRenewer(lock) as renewer:
+                self.renewer = renewer
+                yield
+        finally:
+            if options.get("release"):
+                self.lock_released = self.give_lock_back(lock)
 
     @staticmethod
     def give_lock_back(lock):
@@ -256,6 +256,9 @@ class Rollout(object):
             with self.lease(), self.progress():
                 self.run_steps([("list pods", self.list_pods), ("run nodes", self.run_nodes),
                                 ("follow pods", self.follow_pods)])
+                # posting the queued Events, renewing and releasing the Lease
+                self.observer.step_started("finish")
+            self.observer.step_finished("finish")
         except Refused as exc:
             return exc.result, str(exc)
         except LockHeld as exc:

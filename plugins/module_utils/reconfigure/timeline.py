@@ -2,9 +2,8 @@
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see LICENSE)
 """Observers of a rollout.Rollout: the engine tells its observer each named step and each node's start, fresh
-plan and end. ``Observer`` hears nothing; ``Timeline`` (attached by the benchmark, through the environment
-variable ENVIRONMENT) records where a rollout's wall time went: the result's ``timeline`` and each row's
-``started_s``, ``finished_s`` and ``overhead_s``."""
+plan and end. ``Observer`` hears nothing; ``Timeline`` (attached by mig_rollout) records where a rollout's wall
+time went: the result's ``timeline`` and each row's ``started_s``, ``finished_s`` and ``overhead_s``."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,9 +11,6 @@ __metaclass__ = type
 
 import threading
 import time
-
-# Set (to any value but empty) in mig_rollout's environment to attach a Timeline.
-ENVIRONMENT = "GPUFLEET_ROLLOUT_TIMELINE"
 
 # The engine's steps whose seconds the timeline reports, under these names; ``prepare_s`` is from the start to the
 # first of them.

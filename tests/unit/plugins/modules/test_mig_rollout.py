@@ -1,6 +1,6 @@
 """mig_rollout option checks, which fail before any API call. Rollouts are covered by
-tests/integration/reconfigure/test_rollout.py (see docs/testing.md); the window and tables are unit-tested in
-module_utils/reconfigure/test_rollout.py."""
+tests/integration/reconfigure/test_rollout.py (see docs/testing.md); the window, snapshot and tables are unit-tested in
+module_utils/reconfigure/test_window.py, test_snapshot.py and test_tables.py."""
 
 import pytest
 
