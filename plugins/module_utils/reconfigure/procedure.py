@@ -132,7 +132,7 @@ def unreachable(row, stage, exc, ctx, ops, node_name, started):
     """The API server stayed unreachable past the retries (and a watch's deadline): the node's row records the
     step it stopped at; a re-run resumes it (our cordon and in-progress marker stay on the node)."""
     row = fail(row, "api", "node %s: Kubernetes API server unreachable during %s (%s); the node keeps its state, "
-                "a re-run resumes it" % (node_name, stage, connection_reason(exc)), ctx, ops, node_name, started)
+               "a re-run resumes it" % (node_name, stage, connection_reason(exc)), ctx, ops, node_name, started)
     row["api_stage"] = stage
     return row
 
@@ -176,5 +176,3 @@ def rollback_summary(outcome):
         return outcome["message"]
     text = "%s ended %s" % (outcome["config"], outcome["result"])
     return text + (" but " + "; ".join(outcome["mismatches"]) if outcome.get("mismatches") else "")
-
-

@@ -62,12 +62,12 @@ def release_node(ctx, row, target, hardware=None):
             row["hardware_verified"] = not problems
             if problems:
                 return fail(row, "verify", "node %s: MIG Manager and the device plugin agree but the hardware does not: "
-                             "%s; node left cordoned" % (row["node"], "; ".join(problems)), ctx, ops, row["node"], started)
+                            "%s; node left cordoned" % (row["node"], "; ".join(problems)), ctx, ops, row["node"], started)
         return give_back(ctx, ops, row["node"], target, row, started,
-                          "allocatable, GFD labels and hardware" if hardware else "allocatable and GFD labels")
+                         "allocatable, GFD labels and hardware" if hardware else "allocatable and GFD labels")
     except ApiException as exc:
         return fail(row, "api", "node %s: Kubernetes API error %s" % (row["node"], api_error(exc)), ctx, ops, row["node"],
-                     started)
+                    started)
     except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         return unreachable(row, "release", exc, ctx, ops, row["node"], started)
 

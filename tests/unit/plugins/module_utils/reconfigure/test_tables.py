@@ -7,7 +7,7 @@ def test_tables():
     assert tables.layout_text([{"1g.10gb": 2, "2g.20gb": 1}] * 2 + [None]) == \
         "2x[1g.10gb:2 2g.20gb:1], 1xdisabled"
     lines = tables.summary_table([{"node": "n1", "model": "A100", "before": "all-disabled", "after": "all-balanced",
-                                    "evicted": ["a/b"], "duration_s": 3.21, "result": "reconfigured"}])
+                                   "evicted": ["a/b"], "duration_s": 3.21, "result": "reconfigured"}])
     assert lines[0].split() == list(tables.SUMMARY_COLUMNS)
     assert lines[1].split() == ["n1", "A100", "all-disabled", "all-balanced", "1", "-", "3.2s", "reconfigured"]
 
@@ -16,12 +16,12 @@ def test_rollback_summary_says_how_the_rollback_ended():
     assert procedure.rollback_summary({"verified": True, "config": "all-disabled", "result": "success"}) == \
         "back at all-disabled, verified"
     assert procedure.rollback_summary({"verified": False, "result": "skipped",
-                                     "message": "no previous config recorded on node n1"}) == \
+                                       "message": "no previous config recorded on node n1"}) == \
         "no previous config recorded on node n1"
     assert procedure.rollback_summary({"verified": False, "config": "all-disabled", "result": "failed"}) == \
         "all-disabled ended failed"
     assert procedure.rollback_summary({"verified": False, "config": "all-disabled", "result": "success",
-                                     "mismatches": ["nvidia.com/gpu: want 1, have 0"]}) == \
+                                       "mismatches": ["nvidia.com/gpu: want 1, have 0"]}) == \
         "all-disabled ended success but nvidia.com/gpu: want 1, have 0"
 
 

@@ -133,5 +133,3 @@ def test_each_node_outcome_reaches_the_progress_record(monkeypatch, tmp_path):
     run_window(ctx, ["a", "b", "c"], 1)
     steps = dict((n["node"], n["step"]) for n in ctx.progress.record()["nodes"])
     assert steps == {"a": "done", "b": "failed", "c": "not started"}
-
-
