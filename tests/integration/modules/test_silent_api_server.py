@@ -20,6 +20,7 @@ CASES = [
     ("gpu_drain", {"name": NODE, "state": "cordoned"}),
     ("mig_rollout_lock", {"holder": "silent-test"}),
     ("gpu_cluster_facts", {}),
+    ("gpu_preflight", {"access": [{"verbs": ["get"], "resource": "nodes"}]}),
 ]
 
 
