@@ -175,8 +175,8 @@ def check(module):
             where = preflight.describe_connection(result)
             line = describe_error(exc, module.server, last_call())
             local = preflight.summary(result["missing_executables"], result["missing_python_packages"], [])
-            module.fail_json(msg="pre-flight: %s%s%s" % (line, " (%s)" % where if where else "",
-                                                          "; %s" % local if local else ""), **result)
+            msg = "pre-flight: %s%s%s" % (line, " (%s)" % where if where else "", "; %s" % local if local else "")
+            module.fail_json(msg=msg, **result)
     problems = preflight.summary(result["missing_executables"], result["missing_python_packages"], result["denied"])
     where = preflight.describe_connection(result, result.get("server"), result.get("user")) if params["api"] else ""
     if problems:

@@ -55,8 +55,8 @@ def silent_server():
 def kubeconfig_for(port, context="silent"):
     return {
         "apiVersion": "v1", "kind": "Config", "current-context": context,
-        "clusters": [{"name": "silent", "cluster": {"server": "https://127.0.0.1:%s" % port,
-                                                     "insecure-skip-tls-verify": True}}],
+        "clusters": [{"name": "silent", "cluster": {
+            "server": "https://127.0.0.1:%s" % port, "insecure-skip-tls-verify": True}}],
         "users": [{"name": "u", "user": {"token": "token-that-must-not-be-shown"}}],
         "contexts": [{"name": context, "context": {"cluster": "silent", "user": "u"}}]}
 
@@ -92,13 +92,11 @@ def test_a_missing_kubeconfig_path_and_a_wrong_context_are_named(silent_server, 
     good.write_text(yaml.safe_dump(kubeconfig_for(port)))
     missing = tmp_path / "no-such-dir" / "kubeconfig"
     runner = FaultRunner(good, tmp_path / "ansible")
-    tasks = [{"name": "missing", "gpufleet.gpu_operator.mig_rollout_lock": {
-                  "holder": "t", "kubeconfig": str(missing)}, "ignore_errors": True},
-             {"name": "context", "gpufleet.gpu_operator.mig_rollout_lock": {
-                  "holder": "t", "kubeconfig": str(good), "context": "no-such-context"}, "ignore_errors": True},
-             {"name": "mapping", "gpufleet.gpu_operator.mig_rollout_lock": {
-                  "holder": "t", "kubeconfig": kubeconfig_for(port), "context": "no-such-context"},
-              "ignore_errors": True}]
+    cases = [("missing", {"holder": "t", "kubeconfig": str(missing)}),
+             ("context", {"holder": "t", "kubeconfig": str(good), "context": "no-such-context"}),
+             ("mapping", {"holder": "t", "kubeconfig": kubeconfig_for(port), "context": "no-such-context"})]
+    tasks = [{"name": name, "gpufleet.gpu_operator.mig_rollout_lock": args, "ignore_errors": True}
+             for name, args in cases]
     path = runner.workdir / "kubeconfigs.yml"
     path.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
     run = runner.playbook(path, [], timeout=300)
