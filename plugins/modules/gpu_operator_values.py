@@ -127,10 +127,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-values:
+chart_values:
   description:
     - Helm values for NVIDIA's C(gpu-operator) chart, laid out as the chart's C(values.yaml)
       (U(https://github.com/NVIDIA/gpu-operator/blob/main/deployments/gpu-operator/values.yaml)).
+    - Also returned as C(values), deprecated (a key Jinja cannot reach with dot notation); it will be removed in 1.0.0.
   returned: success
   type: dict
   sample: {"mig": {"strategy": "mixed"}, "driver": {"enabled": false}}
@@ -316,9 +317,11 @@ def main():
                     "mig_config was checked for syntax only, not against the fleet's GPUs")
     for warning in settings_warnings(settings) + single_strategy_warnings(settings, mixed_configs):
         module.warn(warning)
+    chart_values = build_values(settings)
     module.exit_json(
         changed=False,
-        values=build_values(settings),
+        chart_values=chart_values,
+        values=chart_values,
         configmaps=configmaps(settings, settings["namespace"], dump_yaml),
         cluster_policy_patch=cluster_policy_patch(settings),
         mig_config_names=config_names,

@@ -10,7 +10,7 @@ def test_values_configmaps_and_patch_from_the_settings(tmp_path):
     result = run_module(tmp_path, "gpu_operator_values", namespace="gpu", mig_strategy="mixed", mig_with_reboot=True,
                         mig_config=config, gpu_models=["NVIDIA H100 80GB HBM3"])
     assert not result.get("failed") and result["changed"] is False
-    assert result["values"]["mig"] == {"strategy": "mixed"}
+    assert result["chart_values"]["mig"] == {"strategy": "mixed"} and result["values"] == result["chart_values"]
     assert result["values"]["migManager"]["env"] == [{"name": "WITH_REBOOT", "value": "true"}]
     assert result["mig_config_names"] == ["all-1g"]
     assert [c["metadata"]["namespace"] for c in result["configmaps"]] == ["gpu"]

@@ -38,7 +38,7 @@ FREE_FORM = {
     ("gpu_cluster_facts", "schema"): "a JSON Schema document",
     ("gpu_node_validate", "nodes"): "keys are node names, values are per-node results",
     ("gpu_operator_status", "nodes"): "keys are node names, values map operand names to a status",
-    ("gpu_operator_values", "values"): "NVIDIA's chart values tree (the chart's values.yaml layout)",
+    ("gpu_operator_values", "chart_values"): "NVIDIA's chart values tree (the chart's values.yaml layout)",
     ("gpu_operator_values", "cluster_policy_patch"): "a merge patch in NVIDIA's ClusterPolicy layout",
     ("gpu_operator_values", "configmaps.metadata.labels"): "keys are label names",
     ("gpu_operator_values", "configmaps.data"): "keys are file names, values are YAML text",
