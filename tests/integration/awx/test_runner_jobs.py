@@ -128,8 +128,8 @@ def test_plan_job_then_apply_job_through_ansible_runner(testbed, gpu_cluster, ad
     # must read that as unset, not as a context named "").
     assert awx_credential_env(kubeconfig)["K8S_AUTH_CONTEXT"] == ""
     answers = {"survey_profile": "all-balanced", "survey_custom_profile": "", "nodes": "", "max_unavailable": "1"}
-    isolation = {"mig_reconfigure_apply_timeout": 120, "mig_reconfigure_verify_timeout": 60,
-                 "mig_reconfigure_drain_timeout": 60}
+    isolation = {"mig_reconfigure_lock_name": "awx-runner-%s" % nodes[0][-6:], "mig_reconfigure_apply_timeout": 120,
+                 "mig_reconfigure_verify_timeout": 60, "mig_reconfigure_drain_timeout": 60}
 
     plan = run_job(tmp_path, "plan", kubeconfig, nodes, answers, check=True, isolation=isolation)
     assert plan.status == "successful", "plan job %s rc=%s:\n%s" % (plan.status, plan.rc, plan.stdout.read()[-6000:])
@@ -168,7 +168,7 @@ def test_custom_profile_answer_reaches_the_playbook(testbed, gpu_cluster, add_gp
     answers = {"survey_profile": "custom", "survey_custom_profile": " no-such-layout ", "nodes": name,
                "max_unavailable": "1"}
     job = run_job(tmp_path, "custom", automation_kubeconfig(testbed), [name], answers, check=True,
-                  isolation={})
+                  isolation={"mig_reconfigure_lock_name": "awx-custom-%s" % name[-6:]})
     output = job.stdout.read()
     assert job.status == "failed", output[-4000:]
     assert "no-such-layout" in output

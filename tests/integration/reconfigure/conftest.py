@@ -12,10 +12,6 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 RBAC_FILE = REPO_ROOT / "rbac" / "mig-reconfigure.yaml"
-UNWEDGE_RBAC_FILE = REPO_ROOT / "rbac" / "mig-reconfigure-unwedge.yaml"
-# The role's default mig_reconfigure_lock_name: the one Lease rbac/mig-reconfigure.yaml lets the ServiceAccount
-# read, renew and release.
-LOCK_NAME = "gpufleet-mig-rollout"
 PLAYBOOK = REPO_ROOT / "mig-reconfigure.yml"
 SA_NAMESPACE = "gpu-operator"
 SA_NAME = "gpufleet-automation"

@@ -13,6 +13,7 @@ import yaml
 
 from tests.integration.reconfigure.conftest import PLAYBOOK, REPO_ROOT, PlaybookResult, node_view
 from tests.integration.reconfigure.test_rollout import wait_advertised
+from tests.testbed.pytest_cluster import unique_name
 
 CONFIG = "nvidia.com/mig.config"
 ROLE_DIR = REPO_ROOT / "roles"
@@ -64,7 +65,8 @@ def test_group_vars_reach_mig_reconfigure_and_e_outranks_them(testbed, gpu_clust
         wait_advertised(testbed, name)
     before = dict((n, node_view(testbed, n)["labels"].get(CONFIG)) for n in names)
     group_vars = {"mig_reconfigure_profile": "all-balanced", "mig_reconfigure_nodes": [names[1]],
-                  "mig_reconfigure_max_unavailable": "0", "mig_reconfigure_collect_hardware": False}
+                  "mig_reconfigure_max_unavailable": "0", "mig_reconfigure_collect_hardware": False,
+                  "mig_reconfigure_lock_name": unique_name("inv-lock")}
     inventory = write_inventory(tmp_path, names, group_vars)
 
     # max_unavailable 0 from group_vars is used (and refused) ...
@@ -96,7 +98,7 @@ def test_unreadable_gpu_host_warns_or_fails_with_require_hardware(testbed, gpu_c
     wait_advertised(testbed, name)
     before = node_view(testbed, name)["labels"].get(CONFIG)
     no_nvml = tempfile.mkdtemp(dir=str(tmp_path))  # a host without libnvidia-ml: gpu_info cannot read it
-    group_vars = {"mig_reconfigure_profile": "all-balanced",
+    group_vars = {"mig_reconfigure_profile": "all-balanced", "mig_reconfigure_lock_name": unique_name("inv-lock"),
                   "mig_reconfigure_host_environment": {"LD_LIBRARY_PATH": no_nvml,
                                                        "GPUFLEET_SIM_NVML_STATE": str(tmp_path / "none.state")}}
     inventory = write_inventory(tmp_path, [name], group_vars)

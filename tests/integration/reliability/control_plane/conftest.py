@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.integration.reconfigure.conftest import RBAC_FILE, SA_NAME, SA_NAMESPACE, UNWEDGE_RBAC_FILE, Runner
+from tests.integration.reconfigure.conftest import RBAC_FILE, SA_NAME, SA_NAMESPACE, Runner
 from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES, GpuAgents
 from tests.testbed.cluster import Cluster, TestbedError
 from tests.testbed.faultproxy import FaultProxy
@@ -78,8 +78,7 @@ def add_gpu_node(gpu_agents, request):
 @pytest.fixture(scope="package")
 def automation_kubeconfig(testbed):
     testbed.kubectl("create", "namespace", SA_NAMESPACE, check=False)
-    # With the opt-in un-wedge grant: the re-run after the outage un-wedges the canary.
-    testbed.kubectl("apply", "-f", str(RBAC_FILE), "-f", str(UNWEDGE_RBAC_FILE))
+    testbed.kubectl("apply", "-f", str(RBAC_FILE))
     return testbed.serviceaccount_kubeconfig(SA_NAMESPACE, SA_NAME)
 
 

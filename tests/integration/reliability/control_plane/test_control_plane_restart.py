@@ -21,7 +21,6 @@ import time
 import pytest
 
 from tests.integration.reconfigure.conftest import (
-    LOCK_NAME,
     PLAYBOOK,
     PRIOR_ANNOTATION,
     PlaybookResult,
@@ -38,6 +37,7 @@ from tests.integration.reconfigure.test_rollout import (
     wait_advertised,
 )
 from tests.testbed.cluster import COMPONENTS
+from tests.testbed.pytest_cluster import unique_name
 
 
 def workloads(testbed, namespace, nodes):
@@ -103,7 +103,7 @@ def test_restart_mid_rollout_continues_and_ends_verified(testbed, gpu_cluster, a
                                                          testbed_namespace, component):
     canary, other = two_nodes(testbed, add_gpu_node)
     before = workloads(testbed, testbed_namespace, [canary, other])
-    lock = LOCK_NAME  # the one name rbac/mig-reconfigure.yaml lets the ServiceAccount renew and release
+    lock = unique_name("lock")
     variables = dict(rollout_vars(lock, mig_reconfigure_lock_duration=30, mig_reconfigure_apply_timeout=300),
                      profile="all-1g.10gb",
                      mig_reconfigure_nodes=[canary, other])
@@ -130,7 +130,7 @@ def test_down_past_the_deadline_stops_with_every_node_recorded_then_a_rerun_fini
         testbed, gpu_cluster, add_gpu_node, runner, testbed_namespace):
     canary, other = two_nodes(testbed, add_gpu_node)
     workloads(testbed, testbed_namespace, [canary, other])
-    lock = LOCK_NAME  # the one name rbac/mig-reconfigure.yaml lets the ServiceAccount renew and release
+    lock = unique_name("lock")
     variables = dict(rollout_vars(lock, mig_reconfigure_apply_timeout=20), profile="all-1g.10gb",
                      mig_reconfigure_nodes=[canary, other])
     runner_env = runner.env
