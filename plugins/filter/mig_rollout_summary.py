@@ -42,7 +42,7 @@ _value:
   elements: str
 """
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.rollout import summary_table
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.tables import summary_table
 
 
 def mig_rollout_summary(rows, plan=None):

@@ -910,250 +910,30 @@ timeline:
       type: float
 """
 
-import functools
-import time
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, options, timeline
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.rollout import Rollout
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, RequestCounter
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import CONNECTION_ERRORS, KubeModule, connection_reason
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, capacity, ordering, progress, rollout
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.cluster_view import ClusterView
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
-    LeaseRenewer,
-    LockHeld,
-    RolloutLock,
-)
-
-OPTION_KEYS = ("operator_namespace", "strategy", "pod_scope", "force", "delete_emptydir_data", "grace_period",
-               "drain_timeout", "eviction_retry_delay", "apply_timeout", "verify_timeout", "unwedge_on_timeout",
-               "rollback_on_failure")
-
-
-def capacity_check(ops, plans, to_change, window, canary=True, hold=False):
-    """Shortages of GPU room for the pods the plans evict once every node has changed (none while a plan is
-    invalid: nothing runs then), and the node order (ordering.choose_order) when there are none: the order of
-    ``to_change`` is kept unless it would leave evicted pods without room on the way and another does not.
-    ``ops`` is the FleetSnapshot the plans were made from, so the nodes and pods are not listed twice.
-    Returns (stranded, choice or None); one list of nodes and one of pods for both."""
-    if any(p["errors"] for p in plans) or not any(p.get("pods_to_evict") for p in plans):
-        return [], None
-    nodes, pods = ops.list_nodes().get("items") or [], ops.list_pods().get("items") or []
-    stranded = capacity.shortages(plans, nodes, pods)
-    if stranded:
-        return stranded, None
-    return [], ordering.choose_order(plans, nodes, pods, to_change, window, canary=canary, hold=hold)
-
-
-def order_note(choice, canary):
-    return ordering.order_note(choice, canary) if choice else None
-
-
-def room_check(ops, planned, view=None):
-    """Before a node starts: the shortage lines (every pod named) of its pods to evict, counted on the cluster now:
-    from ``view`` (a ClusterView kept current by its watches) while it runs, else from a fresh list."""
-    seen = view.snapshot() if view is not None else None
-    nodes, pods = seen if seen is not None else (ops.list_nodes().get("items") or [], ops.list_pods().get("items") or [])
-    return [capacity.shortage_text(s, limit=None) for s in capacity.shortages([planned], nodes, pods)]
-
-
-def refusal(config, nodes, stranded):
-    return ("MIG config %s not rolled out on %s, nothing was changed: %s. Choose a config that keeps these "
-            "resources, make room elsewhere, or accept Pending pods with allow_unschedulable=true "
-            "(role: mig_reconfigure_allow_unschedulable)" % (
-                config, ", ".join(nodes), " | ".join(capacity.shortage_text(s, limit=None) for s in stranded)))
+D = options.DEFAULTS
 
 
 def roll(module):
     params = module.params
-    nodes = [n for n in params["nodes"] if n]
-    window = len(nodes)
-    if params["max_unavailable"] is not None:
-        window = batches.batch_size(params["max_unavailable"], len(nodes))  # checked in main()
-    counter = RequestCounter()
-
-    def ops_factory():
-        # One ApiClient per worker thread: each holds its own connection pool for its watches.
-        return KubeOps(module.new_api_client(), counter)
-
-    started = time.monotonic()
-    timeline = {}
-    tracker = None
-    try:
-        ctx = rollout.Context(ops_factory, dict((k, params[k]) for k in OPTION_KEYS))
-        hardware = params["hardware"] or {}
-        if params["phase"] == "plan" or module.check_mode:
-            snapshot = rollout.FleetSnapshot(ctx.ops, ctx.namespace)
-            plans = rollout.plan_all(ctx, nodes, params["config"], hardware, snapshot)
-            to_change = [p["node"] for p in plans if not p.get("at_target")]
-            hold = any(n in hardware for n in to_change)
-            stranded, choice = capacity_check(snapshot, plans, to_change, window, params["canary"], hold) \
-                if params["phase"] != "release" else ([], None)
-            to_change = choice["order"] if choice else to_change
-            result = dict(changed=False, plan=plans, plan_table=rollout.plan_table(plans),
-                          invalid_nodes=[p["node"] for p in plans if p["errors"]],
-                          batches=batches.cut(to_change, window, canary=params["canary"], hold=hold),
-                          window=window, hold_cordon=hold, order=to_change,
-                          order_note=order_note(choice, params["canary"]))
-            result["stranded"] = stranded
-            result["capacity_warnings"] = [capacity.shortage_text(s) for s in result["stranded"]]
-            if choice and not choice["feasible"]:
-                module.warn(result["order_note"])
-            if result["stranded"] and not params["allow_unschedulable"]:
-                result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
-                module.fail_json(msg=refusal(params["config"], to_change, result["stranded"]), **result)
-            for warning in result["capacity_warnings"]:
-                module.warn(warning)
-            if module._diff:
-                result["diff"] = rollout.plan_diff(plans)
-            if module.check_mode and params["phase"] == "apply":
-                result["changed"] = any(not p.get("at_target") for p in plans)
-            elif module.check_mode and params["phase"] == "release":
-                result["changed"] = any(r.get("result") == "verified" and r.get("node") in nodes
-                                        for r in (params["rows"] if params["rows"] is not None else
-                                                  rollout.held_rows(ctx, ctx.ops, nodes, params["config"])))
-            result["api_requests"] = dict(total=counter.total, by_verb=counter.by_verb)
-            module.exit_json(**result)
-        ordered = {}
-        if params["phase"] == "apply" and not params["allow_unschedulable"]:
-            # The cluster changes between the plan and each step: count again before this step changes anything,
-            # and run the step's nodes in an order that strands nothing on the way when the given one would.
-            snapshot = rollout.FleetSnapshot(ctx.ops, ctx.namespace)
-            plans = rollout.plan_all(ctx, nodes, params["config"], hardware, snapshot)
-            to_change = [p["node"] for p in plans if not p.get("at_target")]
-            stranded, choice = capacity_check(snapshot, plans, to_change, window, canary=False, hold=params["hold_cordon"])
-            if choice and choice["changed"]:
-                nodes = choice["order"] + [n for n in nodes if n not in choice["order"]]
-            ordered["order_note"] = order_note(choice, False)
-            if stranded:
-                message = refusal(params["config"], to_change, stranded)
-                rows = [rollout.not_started_row(n, "node %s not started: evicted pods would find no room" % n)
-                        for n in to_change]
-                module.fail_json(msg=message, changed=False, plan=plans, plan_table=rollout.plan_table(plans),
-                                 stranded=stranded, capacity_warnings=[capacity.shortage_text(s) for s in stranded],
-                                 rows=rows, summary_table=rollout.summary_table(rows), failed_nodes=to_change,
-                                 held_nodes=[], api_requests=dict(total=counter.total, by_verb=counter.by_verb))
-        room = None
-        if params["phase"] == "apply" and not params["allow_unschedulable"]:
-            # One list and one watch of nodes and of pods for the whole call, not two cluster-wide lists per node.
-            view = ClusterView(ops_factory).start()
-            room = functools.partial(room_check, view=view)
-        if params["progress_file"] or params["events"]:
-            tracker = progress.Progress(params["progress_file"], ops_factory() if params["events"] else None,
-                                        config=params["config"])
-            ctx.progress = tracker
-        renewer = None
-        lock_released = lock_taken = None
-        if params["lock"]:
-            lock = params["lock"]
-            rollout_lock = RolloutLock(ctx.ops.custom, lock["namespace"], lock["name"], lock["holder"],
-                                       lock["duration"], counter=counter, description=lock["description"])
-            if lock["take"]:
-                lock_taken = rollout_lock.acquire(break_lock=lock["break_lock"])[1]
-            renewer = LeaseRenewer(rollout_lock)
-            renewer.__enter__()
-        try:
-            if params["phase"] == "release":
-                if params["rows"] is None:  # the held nodes, from the cluster
-                    rows = rollout.release_held(ctx, nodes, params["config"], hardware)
-                else:
-                    held = [r for r in params["rows"] if r.get("node") in nodes]
-                    rows = rollout.release_all(ctx, held, params["config"], hardware)
-                plans = []
-            else:
-                timeline["prepare_s"] = round(time.monotonic() - started, 3)
-                rows, plans = rollout.run_rollout(ctx, nodes, params["config"], hardware,
-                                                  window=window, hold_cordon=params["hold_cordon"],
-                                                  room_check=room,
-                                                  follow_timeout=params["follow_timeout"],
-                                                  timeline=timeline, t0=started)
-        finally:
-            mark = time.monotonic()
-            if tracker is not None:
-                tracker.finish()  # the Events still queued are posted before the result is made
-            if renewer is not None:
-                renewer.__exit__(None, None, None)
-                if params["lock"]["release"]:
-                    try:
-                        lock_released = renewer.lock.release()[1]
-                    except ApiException as exc:  # the rows matter more; the role releases it again
-                        lock_released = "not released: %s" % api_error_message(exc)
-                    except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
-                        lock_released = "not released: API server unreachable (%s)" % connection_reason(exc)
-            timeline["finish_s"] = round(time.monotonic() - mark, 3)
-    except LockHeld as exc:
-        module.fail_json(msg="nodes %s not started, nothing was changed: %s" % (", ".join(nodes), exc),
-                         lock_holder=exc.lease.get("holder"), api_requests=dict(total=counter.total,
-                                                                                by_verb=counter.by_verb))
-    result = dict(
-        changed=any(r["result"] in ("reconfigured", "verified", "failed") or r.get("evicted") for r in rows),
-        plan=plans, plan_table=rollout.plan_table(plans),
-        invalid_nodes=[p["node"] for p in plans if p["errors"]],
-        rows=rows, summary_table=rollout.summary_table(rows),
-        failed_nodes=[r["node"] for r in rows if r["result"] in ("failed", "invalid", "not started")],
-        held_nodes=[r["node"] for r in rows if r["result"] == "verified"],
-        api_requests=dict(total=counter.total, by_verb=counter.by_verb,
-                          per_node=round(counter.total / float(len(nodes)), 1)),
-        duration_s=round(time.monotonic() - started, 3),
-    )
-    if params["phase"] == "apply":
-        result.update(order=[r["node"] for r in rows], order_note=ordered.get("order_note"), timeline=timeline)
-    if renewer is not None and renewer.error:
-        result["lock_error"] = renewer.error
-    if tracker is not None and tracker.events_ops is not None:
-        result["events"] = dict(posted=tracker.events_posted, errors=list(tracker.event_errors))
-        for error in tracker.event_errors:
-            module.warn(error)
-    if lock_taken is not None:
-        result["lock_taken"] = lock_taken
-    if lock_released is not None:
-        result["lock_released"] = lock_released
-    if result["failed_nodes"]:
-        module.fail_json(msg="MIG rollout of %s halted: %s" % (params["config"], " | ".join(
-            r["message"] for r in rows if r["result"] in ("failed", "invalid")
-            or (r["result"] == "not started" and "nothing was changed there" in r.get("message", "")))), **result)
-    module.exit_json(**result)
+    targets = [(name, params["config"]) for name in params["nodes"] if name]
+    engine = Rollout(module.new_api_client, targets, params, observer=timeline.Timeline())
+    if params["phase"] == "plan" or module.check_mode:
+        result, error = engine.plan(check_mode=module.check_mode, diff=module._diff)
+    else:
+        result, error = engine.apply() if params["phase"] == "apply" else engine.release()
+    for warning in engine.warnings:
+        module.warn(warning)
+    if error:
+        module.fail_json(msg=error, **result)
+    return result
 
 
-def main():
-    module = KubeModule(dict(
-        nodes=dict(type="list", elements="str", required=True),
-        config=dict(type="str", required=True),
-        phase=dict(type="str", choices=["plan", "apply", "release"], default="apply"),
-        max_unavailable=dict(type="raw"),
-        canary=dict(type="bool", default=True),
-        allow_unschedulable=dict(type="bool", default=False),
-        hold_cordon=dict(type="bool", default=False),
-        rows=dict(type="list", elements="dict"),
-        operator_namespace=dict(type="str", default="gpu-operator"),
-        strategy=dict(type="str", choices=["none", "single", "mixed"]),
-        pod_scope=dict(type="str", choices=["gpu", "all"], default="gpu"),
-        force=dict(type="bool", default=False),
-        delete_emptydir_data=dict(type="bool", default=False),
-        grace_period=dict(type="int"),
-        drain_timeout=dict(type="int", default=600),
-        eviction_retry_delay=dict(type="float", default=5.0),
-        apply_timeout=dict(type="int", default=900),
-        verify_timeout=dict(type="int", default=180),
-        unwedge_on_timeout=dict(type="bool", default=False),
-        rollback_on_failure=dict(type="bool", default=False),
-        progress_file=dict(type="path"),
-        progress_interval=dict(type="float", default=2.0),
-        events=dict(type="bool", default=True),
-        follow_timeout=dict(type="int", default=60),
-        hardware=dict(type="dict"),
-        lock=dict(type="dict", options=dict(
-            namespace=dict(type="str", default="gpu-operator"),
-            name=dict(type="str", default="gpufleet-mig-rollout"),
-            holder=dict(type="str", required=True),
-            duration=dict(type="int", default=120),
-            take=dict(type="bool", default=False),
-            break_lock=dict(type="bool", default=False),
-            description=dict(type="str", default=""),
-            release=dict(type="bool", default=False),
-        )),
-    ), names={"nodes[]": "name", "operator_namespace": "namespace", "lock.name": "name", "lock.namespace": "namespace"},
-        numbers={"grace_period": {"minimum": 0}, "eviction_retry_delay": {"minimum": 0}, "lock.duration": {"minimum": 10}},
-        supports_check_mode=True)
+def check(module):
+    """Bad input refused before any API call, naming the option."""
     params = module.params
     if not (params["config"] or "").strip():
         module.fail_json(msg="config is empty: name the MIG config to roll out (e.g. all-balanced)")
@@ -1176,7 +956,50 @@ def main():
     for key in ("drain_timeout", "apply_timeout", "verify_timeout"):
         if params[key] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, params[key]))
-    module.run(roll, node=nodes)
+    return nodes
+
+
+def main():
+    module = KubeModule(dict(
+        nodes=dict(type="list", elements="str", required=True),
+        config=dict(type="str", required=True),
+        phase=dict(type="str", choices=["plan", "apply", "release"], default="apply"),
+        max_unavailable=dict(type="raw"),
+        canary=dict(type="bool", default=True),
+        allow_unschedulable=dict(type="bool", default=False),
+        hold_cordon=dict(type="bool", default=False),
+        rows=dict(type="list", elements="dict"),
+        operator_namespace=dict(type="str", default=D["operator_namespace"]),
+        strategy=dict(type="str", choices=["none", "single", "mixed"]),
+        pod_scope=dict(type="str", choices=["gpu", "all"], default=D["pod_scope"]),
+        force=dict(type="bool", default=D["force"]),
+        delete_emptydir_data=dict(type="bool", default=D["delete_emptydir_data"]),
+        grace_period=dict(type="int"),
+        drain_timeout=dict(type="int", default=D["drain_timeout"]),
+        eviction_retry_delay=dict(type="float", default=D["eviction_retry_delay"]),
+        apply_timeout=dict(type="int", default=D["apply_timeout"]),
+        verify_timeout=dict(type="int", default=D["verify_timeout"]),
+        unwedge_on_timeout=dict(type="bool", default=D["unwedge_on_timeout"]),
+        rollback_on_failure=dict(type="bool", default=D["rollback_on_failure"]),
+        progress_file=dict(type="path"),
+        progress_interval=dict(type="float", default=options.PROGRESS_INTERVAL),
+        events=dict(type="bool", default=True),
+        follow_timeout=dict(type="int", default=options.FOLLOW_TIMEOUT),
+        hardware=dict(type="dict"),
+        lock=dict(type="dict", options=dict(
+            namespace=dict(type="str", default=options.LOCK_DEFAULTS["namespace"]),
+            name=dict(type="str", default=options.LOCK_DEFAULTS["name"]),
+            holder=dict(type="str", required=True),
+            duration=dict(type="int", default=options.LOCK_DEFAULTS["duration"]),
+            take=dict(type="bool", default=False),
+            break_lock=dict(type="bool", default=False),
+            description=dict(type="str", default=""),
+            release=dict(type="bool", default=False),
+        )),
+    ), names={"nodes[]": "name", "operator_namespace": "namespace", "lock.name": "name", "lock.namespace": "namespace"},
+        numbers={"grace_period": {"minimum": 0}, "eviction_retry_delay": {"minimum": 0}, "lock.duration": {"minimum": 10}},
+        supports_check_mode=True)
+    module.run(roll, node=check(module))
 
 
 if __name__ == "__main__":

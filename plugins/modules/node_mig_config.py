@@ -313,7 +313,7 @@ unwedged:
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, labels_of
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step, rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step, preflight, snapshot
 
 
 def _diff(before, after):
@@ -344,7 +344,7 @@ def step_or_fail(module, ctx, ops, name, target, plan, result, retrigger=False):
 
 def planned_or_fail(module, ctx, ops, name, target, result):
     """Pre-flight ``target`` before any change: a bad config name or layout fails here, with the node named."""
-    plan = rollout.plan_one(ctx, ops, name, target, module.params["hardware"])
+    plan = preflight.plan_one(ctx, snapshot.read_node(ops, ctx, name), name, target, module.params["hardware"])
     result["plan"] = plan
     if plan["errors"]:
         module.fail_json(msg="; ".join(plan["errors"]), **dict(result, changed=False))
@@ -354,7 +354,7 @@ def planned_or_fail(module, ctx, ops, name, target, result):
 def act(module):
     params = module.params
     name, action, target = params["name"], params["action"], params["config"]
-    ctx = rollout.Context(lambda: KubeOps(module.new_api_client()), {
+    ctx = preflight.Context(lambda: KubeOps(module.new_api_client()), {
         "operator_namespace": params["operator_namespace"], "strategy": params["strategy"],
         "apply_timeout": params["timeout"], "log_lines": params["log_lines"]})
     ops = ctx.ops
@@ -362,7 +362,7 @@ def act(module):
         module.exit_json(changed=False, diagnostics=node_step.collect_diagnostics(
             ops, name, ctx.namespace, params["log_lines"]))
     if action in ("preflight", "apply"):
-        plan = rollout.plan_one(ctx, ops, name, target, params["hardware"])
+        plan = preflight.plan_one(ctx, snapshot.read_node(ops, ctx, name), name, target, params["hardware"])
         result = dict(changed=False, plan=plan)
         if plan["errors"]:
             module.fail_json(msg="; ".join(plan["errors"]), **result)

@@ -433,7 +433,7 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
     """The MIG step for one node, used by the rollout, its rollback and every node_mig_config action:
     set the label (or re-trigger) -> follow ``nvidia.com/mig.config.state`` within ``apply_timeout`` (once
     more after an un-wedge when ``unwedge_on_timeout``) -> verify allocatable and GFD labels against
-    ``planned`` (rollout.plan_one's entry) within ``verify_timeout`` -> clear the in-progress marker (unless
+    ``planned`` (preflight.plan_one's entry) within ``verify_timeout`` -> clear the in-progress marker (unless
     ``clear`` is false: the caller still holds the node). It neither drains nor uncordons.
 
     Returns {final (success|failed|timeout|changed), states, rebooted, trigger, unwedged (after a timeout),

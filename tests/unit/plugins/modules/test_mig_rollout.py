@@ -1,6 +1,6 @@
 """mig_rollout option checks, which fail before any API call. Rollouts are covered by
-tests/integration/reconfigure/test_rollout.py (see docs/testing.md); the window and tables are unit-tested in
-module_utils/reconfigure/test_rollout.py."""
+tests/integration/reconfigure/test_rollout.py (see docs/testing.md); the window, snapshot and tables are unit-tested in
+module_utils/reconfigure/test_window.py, test_snapshot.py and test_tables.py."""
 
 import pytest
 
@@ -33,9 +33,9 @@ def test_timeouts_must_be_positive(tmp_path, option):
 
 
 def test_the_refusal_names_pods_requests_room_and_the_override():
-    from ansible_collections.gpufleet.gpu_operator.plugins.modules import mig_rollout
+    from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import preflight
 
-    text = mig_rollout.refusal("all-balanced", ["n1", "n2"], [
+    text = preflight.refusal("all-balanced", ["n1", "n2"], [
         {"resource": "nvidia.com/gpu", "wanted": 5, "room": 1,
          "pods": [{"pod": "w/p%d" % i, "asks": 1} for i in range(5)]}])
     assert text.startswith("MIG config all-balanced not rolled out on n1, n2, nothing was changed: pods to evict ask "

@@ -3,7 +3,7 @@
 import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import follow, rollout
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import follow, tables
 
 RS = {"kind": "ReplicaSet", "name": "web-1", "uid": "rs-uid"}
 STS = {"kind": "StatefulSet", "name": "db", "uid": "sts-uid"}
@@ -77,8 +77,8 @@ def test_summary_table_has_the_back_column_and_the_follow_lines():
            "duration_s": 2.0, "result": "reconfigured",
            "follow": {"evicted": 2, "returned": 1, "returned_on": {"n2": 1}, "not_back": [],
                       "pending": [{"pod": "w/c", "replaces": "w/b", "reason": "0/2 nodes are available"}]}}
-    lines = rollout.summary_table([row, {"node": "n2", "result": "unchanged"}])
-    assert lines[0].split() == list(rollout.SUMMARY_COLUMNS)
+    lines = tables.summary_table([row, {"node": "n2", "result": "unchanged"}])
+    assert lines[0].split() == list(tables.SUMMARY_COLUMNS)
     assert lines[1].split()[4:6] == ["2", "1/2"] and lines[2].split()[5] == "-"
     assert lines[3:] == ["n1: 1 of 2 evicted pods running again: 1 on n2",
                          "n1: w/c (replaces w/b) Pending: 0/2 nodes are available"]
