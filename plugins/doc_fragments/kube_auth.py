@@ -16,11 +16,13 @@ options:
       - Path to a kubeconfig file, or the kubeconfig content as a dictionary.
       - Defaults to C(KUBECONFIG) or C(~/.kube/config); inside a pod the service account is used.
       - Can also be set with E(K8S_AUTH_KUBECONFIG).
-      - Its value (path or content) is kept out of module output and logs (C(no_log)), as in kubernetes.core.
+      - A path is named in error messages. Given as a dictionary, the credentials in it (every value under
+        C(users[].user)) are kept out of module output and logs.
     type: raw
   context:
     description:
       - The kubeconfig context to use. Can also be set with E(K8S_AUTH_CONTEXT).
+      - Named in error messages with the kubeconfig path.
     type: str
   host:
     description:
@@ -59,6 +61,23 @@ options:
     description:
       - User name to impersonate for the API calls.
     type: str
+  request_timeout:
+    description:
+      - Seconds to wait for the API server's answer to one request (every request but a watch). The connection
+        itself, TLS handshake included, is given at most 10 seconds (never more than O(request_timeout)).
+      - A request whose answer did not come in time is not sent again; the task fails naming the API server and
+        the call.
+      - Watches have their own limits, see the reliability documentation.
+    type: float
+    default: 60
+  api_retry_seconds:
+    description:
+      - Seconds during which transient API errors (connection refused or reset, HTTP 429, 500, 502, 503, 504)
+        are retried with exponential backoff before the task fails. Covers an API server restart.
+      - Each call that was retried is listed in a warning (the call, the error, how many times, for how long).
+      - C(0) turns retries off. Can also be set with E(GPUFLEET_API_RETRY_SECONDS).
+    type: float
+    default: 40
 requirements:
   - kubernetes >= 30.0.0 (Python client)
 """

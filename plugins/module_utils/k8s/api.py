@@ -313,7 +313,10 @@ class KubeOps(object):
                     raise error
                 raise DeadlineExceeded("deadline reached", last)
             opened = time.monotonic()
-            timeout = (WATCH_CONNECT_TIMEOUT, self.watch_timeout + self.read_margin)
+            # The server ends the watch after server_timeout; the client stops reading read_margin later (and
+            # urllib3 never sends a request again after a read timeout): no watch outlives the deadline by more.
+            server_timeout = max(1, min(self.watch_timeout, int(remaining + 0.999)))
+            timeout = (WATCH_CONNECT_TIMEOUT, server_timeout + self.read_margin)
             watcher = k8s_watch.Watch(return_type="object")  # plain dicts: no model is built
             try:
                 if relist:
@@ -330,7 +333,7 @@ class KubeOps(object):
                     relist = False
                 self.counter.add("watch")
                 for event in watcher.stream(list_func, resource_version=resource_version,
-                                            timeout_seconds=max(1, min(self.watch_timeout, int(remaining + 0.999))),
+                                            timeout_seconds=server_timeout,
                                             allow_watch_bookmarks=True, _request_timeout=timeout, **kwargs):
                     if not isinstance(event, dict):
                         continue

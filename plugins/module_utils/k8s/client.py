@@ -35,13 +35,15 @@ except ImportError:  # pragma: no cover - exercised only where the library is mi
         status = None
 
 try:
-    from urllib3.exceptions import ProtocolError
+    from urllib3.exceptions import MaxRetryError, ProtocolError, ReadTimeoutError, ResponseError
     from urllib3.util.retry import Retry
 except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
     Retry = None
 
     class ProtocolError(Exception):  # type: ignore[no-redef]
         pass
+
+    MaxRetryError = ReadTimeoutError = ResponseError = ProtocolError
 
 try:
     from ansible.module_utils.basic import missing_required_lib
@@ -73,8 +75,9 @@ def unset_empty(params):
 
 
 AUTH_ARG_SPEC = dict(
-    # no_log as kubernetes.core does: the value may be the kubeconfig itself, tokens and keys included.
-    kubeconfig=dict(type="raw", fallback=(env_fallback, ["K8S_AUTH_KUBECONFIG"]), no_log=True),
+    # A path is named in errors, so the option is not no_log; a kubeconfig given as a mapping has its credentials
+    # (every string under users[].user) kept out of output and logs by KubeModule (secret_values).
+    kubeconfig=dict(type="raw", fallback=(env_fallback, ["K8S_AUTH_KUBECONFIG"]), no_log=False),
     context=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_CONTEXT"])),
     host=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_HOST"])),
     api_key=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_API_KEY"])),
@@ -88,6 +91,57 @@ AUTH_ARG_SPEC = dict(
 
 AUTH_PARAM_NAMES = tuple(AUTH_ARG_SPEC)
 
+# -- time limits -------------------------------------------------------------------------------------------
+# Every request that is not a watch waits at most CONNECT_TIMEOUT seconds for the connection (TLS handshake
+# included) and REQUEST_TIMEOUT seconds for each read of the answer (option request_timeout); a read that timed out
+# is not sent again. Transient errors are retried for up to RETRY_SECONDS (option api_retry_seconds, or
+# GPUFLEET_API_RETRY_SECONDS in the controller's environment): long enough to ride out an API server restart.
+CONNECT_TIMEOUT = 10.0
+REQUEST_TIMEOUT = 60.0
+RETRY_SECONDS = 40.0
+RETRY_SECONDS_ENV = "GPUFLEET_API_RETRY_SECONDS"
+LIMIT_MAX = 3600.0
+
+# Options of every module that talks to the API, beside the connection (documented by the kube_auth fragment).
+REQUEST_ARG_SPEC = dict(
+    request_timeout=dict(type="float", default=REQUEST_TIMEOUT),
+    api_retry_seconds=dict(type="float", default=RETRY_SECONDS, fallback=(env_fallback, [RETRY_SECONDS_ENV])),
+)
+REQUEST_LIMITS = dict(
+    request_timeout=dict(above=0, maximum=LIMIT_MAX),
+    api_retry_seconds=dict(minimum=0, maximum=LIMIT_MAX),
+)
+
+
+def secret_values(kubeconfig):
+    """The credentials of a kubeconfig given as a mapping: every string under ``users[].user`` (tokens,
+    passwords, client keys, auth-provider and exec settings). A path has none: it is named in errors."""
+    found = set()
+    if not isinstance(kubeconfig, dict):
+        return found
+
+    def walk(value):
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str) and value.strip():
+            found.add(value)
+
+    for entry in kubeconfig.get("users") or []:
+        if isinstance(entry, dict):
+            walk(entry.get("user"))
+    return found
+
+
+def request_timeouts(read_timeout=None):
+    """(connect, read) seconds for a request that is not a watch: the connection is given at most
+    CONNECT_TIMEOUT and never more than the read timeout."""
+    read = REQUEST_TIMEOUT if read_timeout is None else float(read_timeout)
+    return (min(CONNECT_TIMEOUT, read), read)
+
 
 class KubeAuthError(Exception):
     """The connection settings cannot produce a client (no kubeconfig, bad context...)."""
@@ -97,6 +151,10 @@ def require_kubernetes(module):
     """Fail the module with Ansible's standard message when the client library is absent."""
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+
+
+def _context_note(context):
+    return " (context %s)" % context if context else ""
 
 
 def _load_configuration(params):
@@ -113,15 +171,18 @@ def _load_configuration(params):
             k8s_config.load_kube_config_from_dict(kubeconfig, context=context, client_configuration=configuration)
         except (k8s_config.ConfigException, TypeError, ValueError, KeyError, AttributeError) as exc:
             # The client's own check of the mapping (ConfigException) or its failure on a wrongly typed field.
-            raise KubeAuthError("cannot load kubeconfig (the mapping given): %s" % (exc or type(exc).__name__))
+            raise KubeAuthError("cannot load kubeconfig (the mapping given)%s: %s"
+                                % (_context_note(context), exc or type(exc).__name__))
     elif kubeconfig or not host:
         path = os.path.expanduser(kubeconfig) if kubeconfig else None
         default_path = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0])
+        if path and not os.path.isfile(path):
+            raise KubeAuthError("kubeconfig %s %s" % (path, "is not a file" if os.path.exists(path) else "does not exist"))
         if path or os.path.exists(default_path):
             try:
                 k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
             except (k8s_config.ConfigException, OSError) as exc:
-                raise KubeAuthError("cannot load kubeconfig %s: %s" % (path or default_path, exc))
+                raise KubeAuthError("cannot load kubeconfig %s%s: %s" % (path or default_path, _context_note(context), exc))
         else:
             try:
                 k8s_config.load_incluster_config(client_configuration=configuration)
@@ -162,19 +223,24 @@ def _call_name(method, url):
     return "%s %s%s" % (str(method).upper(), path, watch)
 
 
-def trace_calls(api_client):
+def trace_calls(api_client, window=None, timeout=None):
     """Record every request of ``api_client`` as the current thread's last call, and name it on the
-    exception a failed request raises (attribute ``gpufleet_call``)."""
+    exception a failed request raises (attribute ``gpufleet_call``). A request sent without a timeout of its
+    own (every one but a watch) gets ``timeout`` ((connect, read) seconds; request_timeouts() when None);
+    transient errors are retried for ``window`` seconds (retry_seconds() when None)."""
     rest = api_client.rest_client
     send = rest.request
+    timeout = timeout or request_timeouts()
 
     def request(method, url, *args, **kwargs):
         call = _call_name(method, url)
         _CALLS.call = _LAST_CALL["call"] = call
         headers = kwargs.get("headers") or next((a for a in args if isinstance(a, dict)), None)
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = timeout
         try:
             return retry_while_not_ready(send, lambda: server_not_ready(rest.pool_manager, url, headers),
-                                         method, url, *args, **kwargs)
+                                         method, url, *args, window=window, **kwargs)
         except Exception as exc:
             if getattr(exc, "gpufleet_call", None) is None:
                 try:
@@ -193,10 +259,6 @@ RETRY_STATUSES = (429, 500, 502, 503, 504)
 # Reads are retried by urllib3 itself (the pool's Retry); writes by retry_write below.
 IDEMPOTENT_METHODS = frozenset(["GET", "HEAD", "OPTIONS"])
 WRITE_METHODS = frozenset(["POST", "PUT", "PATCH", "DELETE"])
-# Seconds of retrying before a call gives up (covers an API server restart); GPUFLEET_API_RETRY_SECONDS
-# overrides it for the process (tests of a persistent failure set it low).
-RETRY_SECONDS = 40.0
-RETRY_SECONDS_ENV = "GPUFLEET_API_RETRY_SECONDS"
 BACKOFF_FACTOR = 0.5
 BACKOFF_MAX = 8.0
 # A server's Retry-After is honoured up to this many seconds per wait.
@@ -204,7 +266,8 @@ RETRY_AFTER_MAX = 30
 
 
 def retry_seconds():
-    """The retry window of this process: RETRY_SECONDS unless GPUFLEET_API_RETRY_SECONDS says otherwise."""
+    """The retry window where no api_retry_seconds is given (the inventory plugin, tests of the pure parts):
+    RETRY_SECONDS unless GPUFLEET_API_RETRY_SECONDS says otherwise."""
     try:
         value = float(os.environ.get(RETRY_SECONDS_ENV, RETRY_SECONDS))
     except ValueError:
@@ -227,18 +290,92 @@ def retry_attempts(window=None):
     return attempts
 
 
+class RetryLog(object):
+    """The retries of this process, for the module's warning: {(call, reason): [count, first, last]} with
+    monotonic times. Shared by every thread and client of a module run."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.entries = {}
+
+    def add(self, call, reason):
+        now = time.monotonic()
+        with self._lock:
+            entry = self.entries.setdefault((call, reason), [0, now, now])
+            entry[0] += 1
+            entry[2] = now
+
+    def lines(self, window=None):
+        """One line per call and reason, oldest first: ``GET /api/v1/nodes (HTTP 503): retried 4 times over 7 s``."""
+        with self._lock:
+            items = sorted(self.entries.items(), key=lambda item: item[1][1])
+        limit = "" if window is None else " (api_retry_seconds=%g)" % window
+        return ["%s (%s): retried %d time%s over %.0f s%s" % (call, reason, count, "" if count == 1 else "s",
+                                                              last - first, limit)
+                for (call, reason), (count, first, last) in items]
+
+    def clear(self):
+        with self._lock:
+            self.entries = {}
+
+
+RETRIES = RetryLog()
+
+
+def _error_reason(error):
+    """A short name for a transient error (the module names the last one in full when it gives up)."""
+    reason = getattr(error, "reason", None) or error
+    errno = getattr(reason, "errno", None)
+    text = str(reason).rsplit(": ", 1)[-1] if reason is not None else ""
+    return ("%s [Errno %s]" % (type(reason).__name__, errno)) if errno else (text.strip() or type(reason).__name__)
+
+
+if Retry is not None:
+    class WindowRetry(Retry):
+        """urllib3's Retry that gives up once ``window`` seconds have passed since the request's first failure
+        (whatever the attempts left), never sends a request again after a read timed out (the server took the
+        request and did not answer within request_timeout: another wait would double it), and logs each retry
+        in RETRIES."""
+
+        def __init__(self, *args, **kwargs):
+            self.window = kwargs.pop("window", None)
+            self.started = kwargs.pop("started", None)
+            super(WindowRetry, self).__init__(*args, **kwargs)
+
+        def new(self, **kwargs):
+            kwargs.setdefault("window", self.window)
+            kwargs.setdefault("started", self.started)
+            return super(WindowRetry, self).new(**kwargs)
+
+        def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):
+            if isinstance(error, ReadTimeoutError):
+                raise MaxRetryError(_pool, url, error)
+            now = time.monotonic()
+            started = now if self.started is None else self.started
+            if self.window is not None and now - started >= self.window:
+                raise MaxRetryError(_pool, url, error or ResponseError("too many error responses"))
+            retry = super(WindowRetry, self).increment(method, url, response, error, _pool, _stacktrace)
+            retry.started = started
+            status = getattr(response, "status", None)
+            RETRIES.add(_call_name(method, url), "HTTP %s" % status if status else _error_reason(error))
+            return retry
+
+
 def retry_policy(window=None):
-    """urllib3 ``Retry`` for the client's connection pool (``Configuration.retries``).
+    """urllib3 ``Retry`` (WindowRetry) for the client's connection pool (``Configuration.retries``).
 
     Connection errors before a request is sent (refused, reset while connecting) are retried for every method,
-    which is safe: nothing reached the server. Read errors and the statuses of RETRY_STATUSES (Retry-After
-    respected) only for IDEMPOTENT_METHODS; writes go through ``retry_write``. After the last retry the
-    last answer is returned (raise_on_status=False), so the caller sees the server's own error status."""
+    which is safe: nothing reached the server. Read errors (but a read timeout) and the statuses of
+    RETRY_STATUSES (Retry-After respected) only for IDEMPOTENT_METHODS; writes go through ``retry_write``. After
+    the last retry, or ``window`` seconds after the first failure, the last answer is returned
+    (raise_on_status=False), so the caller sees the server's own error status."""
+    window = retry_seconds() if window is None else window
     attempts = retry_attempts(window)
-    return Retry(total=attempts, connect=attempts, read=attempts, status=attempts, other=0, redirect=0,
-                 backoff_factor=BACKOFF_FACTOR, backoff_max=BACKOFF_MAX, status_forcelist=RETRY_STATUSES,
-                 allowed_methods=IDEMPOTENT_METHODS, respect_retry_after_header=True,
-                 retry_after_max=RETRY_AFTER_MAX, raise_on_status=False, raise_on_redirect=False)
+    return WindowRetry(total=attempts, connect=attempts, read=attempts, status=attempts, other=0, redirect=0,
+                       backoff_factor=BACKOFF_FACTOR, backoff_max=BACKOFF_MAX, status_forcelist=RETRY_STATUSES,
+                       allowed_methods=IDEMPOTENT_METHODS, respect_retry_after_header=True,
+                       retry_after_max=RETRY_AFTER_MAX, raise_on_status=False, raise_on_redirect=False,
+                       window=window)
 
 
 def _retry_after(response):
@@ -258,24 +395,26 @@ def write_retryable(method, url, status):
     return not (status == 429 and str(method).upper() == "POST" and str(url).partition("?")[0].endswith("/eviction"))
 
 
-def retry_write(send, method, url, *args, **kwargs):
+def retry_write(send, method, url, *args, window=None, **kwargs):
     """Send a write, retrying transient failures within the retry window.
 
     Hand-written because urllib3 retries only idempotent methods after the request was sent; every write this
     collection makes is safe to repeat: merge patches and deletes give the same result twice, evictions and
     creates of a pod or Lease answer 404/409 on a repeat, which their callers resolve by reading the object
-    (a Lease replace carries its resourceVersion, so a repeat cannot overwrite another holder)."""
-    window = retry_seconds()
+    (a Lease replace carries its resourceVersion, so a repeat cannot overwrite another holder).
+    ``window``: seconds (retry_seconds() when None)."""
+    window = retry_seconds() if window is None else window
     started = time.monotonic()
     attempt = 0
     while True:
         attempt += 1
         try:
             response = send(method, url, *args, **kwargs)
-        except ProtocolError:  # connection broken after the request was sent: the outcome is unknown
+        except ProtocolError as exc:  # connection broken after the request was sent: the outcome is unknown
             delay = backoff(attempt)
             if time.monotonic() - started + delay > window:
                 raise
+            RETRIES.add(_call_name(method, url), _error_reason(exc))
         else:
             status = getattr(response, "status", None)
             if not write_retryable(method, url, status):
@@ -284,6 +423,7 @@ def retry_write(send, method, url, *args, **kwargs):
             delay = backoff(attempt) if delay is None else delay
             if time.monotonic() - started + delay > window:
                 return response
+            RETRIES.add(_call_name(method, url), "HTTP %s" % status)
             try:
                 response.read()  # free the connection for the next attempt
             except Exception:  # pylint: disable=broad-except
@@ -327,18 +467,19 @@ def _auth_status(response_or_exc):
     return status if status in AUTH_STATUSES else None
 
 
-def retry_while_not_ready(send, not_ready, method, url, *args, **kwargs):
+def retry_while_not_ready(send, not_ready, method, url, *args, window=None, **kwargs):
     """One request (writes through retry_write). A 401/403 answer, returned (kubernetes >= 37) or raised as
     ApiException (older clients), is tried again while ``not_ready()`` (server_not_ready for this request's
     server) says the server is still starting, for up to max(retry window, STARTING_SECONDS); otherwise it is
-    the answer at once."""
-    window = max(retry_seconds(), STARTING_SECONDS)
+    the answer at once. ``window``: the retry window (retry_seconds() when None)."""
+    write_window = retry_seconds() if window is None else window
+    window = max(write_window, STARTING_SECONDS)
     started = time.monotonic()
     attempt = 0
     while True:
         try:
             if str(method).upper() in WRITE_METHODS:
-                response = retry_write(send, method, url, *args, **kwargs)
+                response = retry_write(send, method, url, *args, window=write_window, **kwargs)
             else:
                 response = send(method, url, *args, **kwargs)
         except ApiException as exc:
@@ -368,15 +509,18 @@ def last_call():
 
 
 def get_api_client(params):
-    """Return a ``kubernetes.client.ApiClient`` for the module's auth params (a dict)."""
+    """Return a ``kubernetes.client.ApiClient`` for the module's auth params (a dict), with the time limits of
+    ``request_timeout`` and ``api_retry_seconds`` when the params hold them (else the defaults)."""
     params = unset_empty(params)
     configuration = _load_configuration(params)
+    window = params.get("api_retry_seconds")
+    window = retry_seconds() if window is None else max(0.0, float(window))
     if Retry is not None:
-        configuration.retries = retry_policy()
+        configuration.retries = retry_policy(window)
     api_client = k8s_client.ApiClient(configuration)
     if params.get("impersonate_user"):
         api_client.set_default_header("Impersonate-User", params["impersonate_user"])
-    return trace_calls(api_client)
+    return trace_calls(api_client, window=window, timeout=request_timeouts(params.get("request_timeout")))
 
 
 def api_client_from_module(module):

@@ -7,8 +7,10 @@
 ``params``, ``check_mode``, ``warn``, ``exit_json``, ``fail_json`` ...) and adds what every one of our
 modules needs:
 
-- the kube_auth options (``k8s.client.AUTH_ARG_SPEC``, documented by the ``kube_auth`` doc fragment) are
-  merged into the module's own argument spec;
+- the kube_auth options (``k8s.client.AUTH_ARG_SPEC`` and ``REQUEST_ARG_SPEC``: request_timeout,
+  api_retry_seconds; documented by the ``kube_auth`` doc fragment) are merged into the module's own argument
+  spec; a kubeconfig given as a mapping has its credentials kept out of output and logs (``secret_values``);
+- the retries of transient errors are listed as warnings (``RETRIES``), one line per call and reason;
 - the API client is built on first use from those options (one per caller for threaded work);
 - ``run(handler)`` calls the module's work and turns every error of the API or of this collection into one
   ``fail_json`` line: the API server (host:port), the call that failed (``GET /api/v1/nodes``) and the node
@@ -40,11 +42,15 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.checks impor
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
+    REQUEST_ARG_SPEC,
+    REQUEST_LIMITS,
+    RETRIES,
     ApiException,
     KubeAuthError,
     get_api_client,
     last_call,
     require_kubernetes,
+    secret_values,
     server_message,
 )
 
@@ -157,6 +163,15 @@ def describe_error(exc, server=None, call=None, node=None):
     return line
 
 
+class KubeAnsibleModule(AnsibleModule):
+    """The AnsibleModule of KubeModule: the credentials in a kubeconfig given as a mapping are no_log values
+    from the start (before the invocation is logged), while a kubeconfig path stays readable in messages."""
+
+    def _load_params(self):
+        super(KubeAnsibleModule, self)._load_params()
+        self.no_log_values.update(secret_values(self.params.get("kubeconfig")))
+
+
 class KubeModule(object):
     """An AnsibleModule with the kube_auth options, a lazily built API client and one-line failures.
 
@@ -167,15 +182,16 @@ class KubeModule(object):
     """
 
     def __init__(self, argument_spec, names=None, numbers=None, **kwargs):
-        overlap = sorted(set(argument_spec) & set(AUTH_ARG_SPEC))
+        overlap = sorted(set(argument_spec) & (set(AUTH_ARG_SPEC) | set(REQUEST_ARG_SPEC)))
         if overlap:
             raise ValueError("options %s are kube_auth options, defined once in k8s.client" % ", ".join(overlap))
         spec = dict(argument_spec)
         spec.update(AUTH_ARG_SPEC)
-        self.module = AnsibleModule(argument_spec=spec, **kwargs)
+        spec.update(REQUEST_ARG_SPEC)
+        self.module = KubeAnsibleModule(argument_spec=spec, **kwargs)
         self._api_client = None
         self.server = server_of(self.params.get("host"))
-        refuse(self.module, input_problems(self.params, names, numbers))
+        refuse(self.module, input_problems(self.params, names, dict(numbers or {}, **REQUEST_LIMITS)))
 
     def __getattr__(self, name):
         # params, check_mode, warn, exit_json, fail_json, _diff ...: as the wrapped AnsibleModule has them.
@@ -211,7 +227,23 @@ class KubeModule(object):
         fields = dict(result or {})
         fields.update(getattr(exc, "result", None) or {})
         fields.setdefault("changed", False)
-        self.module.fail_json(msg=describe_error(exc, self.server, last_call(), node), **fields)
+        self.fail_json(msg=describe_error(exc, self.server, last_call(), node), **fields)
+
+    def warn_retries(self):
+        """One warning per call the client tried again (transient errors), naming the API server; each is
+        given once."""
+        for line in RETRIES.lines(self.params.get("api_retry_seconds")):
+            self.module.warn("the Kubernetes API server%s did not answer at once: %s"
+                             % (" %s" % self.server if self.server else "", line))
+        RETRIES.clear()
+
+    def exit_json(self, **kwargs):
+        self.warn_retries()
+        self.module.exit_json(**kwargs)
+
+    def fail_json(self, msg, **kwargs):
+        self.warn_retries()
+        self.module.fail_json(msg=msg, **kwargs)
 
     def run(self, handler, node=None, result=None):
         """``handler(self)`` returns the result dict to exit with (or calls exit_json/fail_json itself).
@@ -223,4 +255,4 @@ class KubeModule(object):
             if not is_kube_error(exc):
                 raise  # a defect: Ansible shows its traceback
             self.fail_on(exc, node=node, result=result)
-        self.module.exit_json(**(outcome or {}))
+        self.exit_json(**(outcome or {}))

@@ -36,7 +36,8 @@ Case = collections.namedtuple("Case", "target kind args names")
 # The kube_auth options every API module shares; their faults are drawn for one module only (gpu_operator_status)
 # besides kubeconfig, so that each module's own options get the examples.
 AUTH_OPTIONS = frozenset(("api_key", "ca_cert", "client_cert", "client_key", "context", "host", "impersonate_user",
-                          "impersonate_groups", "kubeconfig", "proxy", "validate_certs"))
+                          "impersonate_groups", "kubeconfig", "proxy", "validate_certs", "request_timeout",
+                          "api_retry_seconds"))
 
 # The least each module needs so that validation reaches the option under test (a bad option must be the one the
 # message names, not a missing required one).
@@ -48,6 +49,7 @@ MODULE_BASE = {
     "gpu_operator_status": {},
     "gpu_operator_upgrade_check": {},
     "gpu_operator_values": {},
+    "gpu_preflight": {"access": [{"verbs": ["get"], "resource": "nodes"}]},
     "gpu_smoke_test": {"targets": [{"node": "gpu-node-1"}]},
     "mig_apply": {"config_name": "all-disabled"},
     "mig_plan": {"gpu_model": "H100 80GB HBM3", "config_name": "all-balanced"},
@@ -68,12 +70,15 @@ K8S_NAME_OPTIONS = {
     "gpu_operator_values": ["namespace", "mig_config_name", "device_plugin_config_name"],
     "gpu_node_validate": ["namespace", "nodes[].name"],
     "gpu_smoke_test": ["namespace", "targets[].node"],
+    "gpu_preflight": ["access[].namespace"],
 }
 
 # Numbers with a range besides "not negative" (every int/float option is drawn negative as well).
 RANGES = {
     ("gpu_cluster_facts", "dcgm_port"): (1, 65535),
     ("gpu_cluster_facts", "idle_below"): (0, 1),
+    ("gpu_operator_status", "request_timeout"): (0, 3600),
+    ("gpu_operator_status", "api_retry_seconds"): (0, 3600),
 }
 
 BAD_K8S_NAMES = ["", " ", "Gpu_Node", "node/../x", "-leading-dash", "trailing-dash-", "a b", "UPPER", "x" * 254,

@@ -17,7 +17,7 @@ def test_each_node_entry_needs_a_name(tmp_path):
 def test_unreadable_kubeconfig_is_a_clear_error(tmp_path):
     result = run_module(tmp_path, "gpu_node_validate", nodes=[{"name": "a"}],
                         kubeconfig=str(tmp_path / "missing-kubeconfig"))
-    assert result["failed"] and "cannot load kubeconfig" in result["msg"]
+    assert result["failed"] and "kubeconfig %s does not exist" % (tmp_path / "missing-kubeconfig") in result["msg"]
 
 
 class _Ops(object):

@@ -12,4 +12,4 @@ def test_nodes_is_a_list_of_names(tmp_path):
 
 def test_unreadable_kubeconfig_is_a_clear_error(tmp_path):
     result = run_module(tmp_path, "gpu_operator_upgrade_check", kubeconfig=str(tmp_path / "missing-kubeconfig"))
-    assert result["failed"] and "cannot load kubeconfig" in result["msg"]
+    assert result["failed"] and "kubeconfig %s does not exist" % (tmp_path / "missing-kubeconfig") in result["msg"]

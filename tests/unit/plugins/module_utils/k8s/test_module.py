@@ -189,9 +189,13 @@ class FakeAnsibleModule(object):
         self.params = dict((name, None) for name in argument_spec)
         self.params.update(host="https://10.1.2.3:6443", name="gpu-1")
         self.check_mode = False
+        self.warnings = []
 
     def exit_json(self, **result):
         raise Exited("exit", result)
+
+    def warn(self, text):
+        self.warnings.append(text)
 
     def fail_json(self, **result):
         raise Exited("fail", result)
@@ -199,20 +203,20 @@ class FakeAnsibleModule(object):
 
 @pytest.fixture
 def kube_module(monkeypatch):
-    monkeypatch.setattr(base, "AnsibleModule", FakeAnsibleModule)
+    monkeypatch.setattr(base, "KubeAnsibleModule", FakeAnsibleModule)
     return base.KubeModule(dict(name=dict(type="str", required=True)), supports_check_mode=True)
 
 
 def test_auth_options_are_merged(kube_module):
     spec = kube_module.module.argument_spec
-    assert set(spec) == set(["name"]) | set(client.AUTH_ARG_SPEC)
+    assert set(spec) == set(["name"]) | set(client.AUTH_ARG_SPEC) | set(client.REQUEST_ARG_SPEC)
     assert spec["kubeconfig"] == client.AUTH_ARG_SPEC["kubeconfig"]
     assert kube_module.module.kwargs == {"supports_check_mode": True}
     assert kube_module.check_mode is False and kube_module.params["name"] == "gpu-1"  # proxied
 
 
 def test_redefining_an_auth_option_is_refused(monkeypatch):
-    monkeypatch.setattr(base, "AnsibleModule", FakeAnsibleModule)
+    monkeypatch.setattr(base, "KubeAnsibleModule", FakeAnsibleModule)
     with pytest.raises(ValueError, match="kubeconfig"):
         base.KubeModule(dict(kubeconfig=dict(type="str")))
 
@@ -258,17 +262,17 @@ def test_run_lets_defects_through(kube_module):
 
 
 def test_bad_connection_settings_fail_in_run(monkeypatch):
-    monkeypatch.setattr(base, "AnsibleModule", FakeAnsibleModule)
+    monkeypatch.setattr(base, "KubeAnsibleModule", FakeAnsibleModule)
     kube_module = base.KubeModule(dict(name=dict(type="str")))
     kube_module.params.update(host=None, kubeconfig="/nonexistent/kubeconfig")
     failed = run(kube_module, lambda m: m.ops().list_nodes())
     assert failed.kind == "fail" and failed.result["changed"] is False
-    assert failed.result["msg"].startswith(
-        "no usable Kubernetes connection to 10.1.2.3:6443: cannot load kubeconfig /nonexistent/kubeconfig: ")
+    assert failed.result["msg"] == (
+        "no usable Kubernetes connection to 10.1.2.3:6443: kubeconfig /nonexistent/kubeconfig does not exist")
 
 
 def test_server_comes_from_the_built_client(monkeypatch, dead_server):
-    monkeypatch.setattr(base, "AnsibleModule", FakeAnsibleModule)
+    monkeypatch.setattr(base, "KubeAnsibleModule", FakeAnsibleModule)
     kube_module = base.KubeModule(dict(name=dict(type="str")))
     kube_module.params.update(host=dead_server, api_key="t", validate_certs=False)
     failed = run(kube_module, lambda m: m.ops().get_node("gpu-7"), node="gpu-7")

@@ -305,8 +305,9 @@ def test_a_dropped_watch_is_re_listed_and_resumed(ops, clock):
     lists = [r for r in transport.requests if not r.get("watch")]
     assert [w["resource_version"] for w in watches] == ["10", "20"]  # resumed from the re-list's version
     assert len(lists) == 1
-    # Every request bounds the read: server-side timeoutSeconds and a client read timeout a little longer.
-    assert all(w["timeout_seconds"] <= 7 and w["_request_timeout"][1] == 10 for w in watches)
+    # Every request bounds the read: server-side timeoutSeconds (no later than the deadline) and a client read
+    # timeout read_margin longer.
+    assert all(w["timeout_seconds"] <= 5 and w["_request_timeout"][1] == w["timeout_seconds"] + 3 for w in watches)
     assert ops.watch_errors and "ProtocolError" in ops.watch_errors[0]
     assert clock.sleeps == [api.WATCH_MIN_REOPEN_INTERVAL]  # backoff(1) is shorter than the re-open interval
 

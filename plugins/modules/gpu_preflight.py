@@ -1,0 +1,207 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpu_preflight
+short_description: Check on the controller what a playbook needs before it starts
+version_added: 0.1.0
+description:
+  - Checks, and fails on, everything that is missing at once, in one line.
+  - The executables on E(PATH) (O(executables), e.g. C(helm)) and the Python packages of the Python that runs the
+    modules (O(python_packages), e.g. C(kubernetes>=30.0.0)).
+  - The Kubernetes connection (O(api)) with the given kubeconfig and context, both named in the result and in
+    every error; the API server's address and version (C(GET /version)); the user the credentials authenticate as
+    (C(SelfSubjectReview), where the server has it).
+  - The permissions the playbook will use (O(access)), each asked with a C(SelfSubjectAccessReview); every one
+    denied is listed by name (verb, resource, namespace).
+  - Reads only. An access review creates nothing (the server answers it and keeps nothing), so every check also
+    runs in check mode.
+extends_documentation_fragment:
+  - gpufleet.gpu_operator.kube_auth
+  - gpufleet.gpu_operator.attributes.no_diff
+options:
+  executables:
+    description: Programs that must be on E(PATH) of the controller.
+    type: list
+    elements: str
+    default: []
+  python_packages:
+    description:
+      - Python distributions that must be installed for the Python that runs the modules, as PEP 508
+        requirements (C(kubernetes) or C(kubernetes>=30.0.0)).
+    type: list
+    elements: str
+    default: []
+  api:
+    description:
+      - Whether to check the Kubernetes connection and O(access). V(false) checks only the controller (O(access)
+        must then be empty).
+    type: bool
+    default: true
+  access:
+    description:
+      - The permissions to check, one entry per resource.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      verbs:
+        description: Verbs (C(get), C(list), C(watch), C(create), C(update), C(patch), C(delete) ...).
+        type: list
+        elements: str
+        required: true
+      resource:
+        description: The resource's plural name, with its subresource after a C(/) (C(pods/eviction)).
+        type: str
+        required: true
+      group:
+        description: The API group (empty for the core group).
+        type: str
+        default: ''
+      namespace:
+        description: The namespace; omitted for a cluster-scoped resource or for every namespace.
+        type: str
+      name:
+        description: One object's name, where the permission may be limited to it.
+        type: str
+author:
+  - gpufleet maintainers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Check what the MIG reconfiguration needs before any host is read
+  gpufleet.gpu_operator.gpu_preflight:
+    kubeconfig: "{{ gpufleet_kubeconfig | default(omit) }}"
+    context: "{{ gpufleet_kube_context | default(omit) }}"
+    python_packages: [kubernetes>=30.0.0]
+    access:
+      - {verbs: [get, list, watch, patch], resource: nodes}
+      - {verbs: [create], resource: pods/eviction}
+      - {verbs: [get, create, update], resource: leases, group: coordination.k8s.io, namespace: gpu-operator}
+
+- name: Only the controller's programs
+  gpufleet.gpu_operator.gpu_preflight:
+    executables: [helm]
+    api: false
+"""
+
+RETURN = r"""
+kubeconfig:
+  description: The kubeconfig used; a path, C((mapping)) when given as content, null for host/api_key or in-cluster.
+  returned: always
+  type: str
+  sample: /home/me/.kube/config
+context:
+  description: The kubeconfig context used (the one asked for, else the kubeconfig's current context).
+  returned: always
+  type: str
+  sample: prod
+server:
+  description: The API server, C(host:port).
+  returned: when O(api) is true and the connection settings could be read
+  type: str
+  sample: 10.0.0.1:6443
+server_version:
+  description: The API server's version (C(gitVersion) of C(GET /version)).
+  returned: when the API server answered
+  type: str
+  sample: v1.31.2
+user:
+  description: The user the credentials authenticate as; null where the server has no SelfSubjectReview API.
+  returned: when the API server answered
+  type: str
+  sample: system:serviceaccount:gpu-operator:gpufleet-automation
+missing_executables:
+  description: The O(executables) not found on E(PATH).
+  returned: always
+  type: list
+  elements: str
+missing_python_packages:
+  description: The O(python_packages) not met, each with why (C(kubernetes (not installed))).
+  returned: always
+  type: list
+  elements: str
+denied:
+  description: The permissions of O(access) the server does not allow (C(create pods/eviction), C(update
+    leases.coordination.k8s.io in namespace gpu-operator)).
+  returned: always
+  type: list
+  elements: str
+checked:
+  description: How many permissions were asked (one per verb and resource).
+  returned: always
+  type: int
+"""
+
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import access as preflight
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import (
+    KubeModule,
+    describe_error,
+    is_kube_error,
+    last_call,
+)
+
+
+def check(module):
+    params = module.params
+    names = preflight.connection_names(params)
+    result = dict(changed=False, kubeconfig=names["kubeconfig"], context=names["context"],
+                  missing_executables=preflight.missing_executables(params["executables"]),
+                  missing_python_packages=preflight.missing_packages(params["python_packages"]),
+                  denied=[], checked=0)
+    if params["api"]:
+        if not names["context"] and names["kubeconfig"]:  # the kubeconfig's current context
+            kubeconfig = params.get("kubeconfig")
+            result["context"] = preflight.current_context(kubeconfig if isinstance(kubeconfig, dict)
+                                                          else names["kubeconfig"])
+        try:
+            ops = module.ops()
+            result["server"] = module.server
+            result["server_version"] = preflight.server_version(ops)
+            result["user"] = preflight.whoami(ops)
+            rules = preflight.rules_of(params["access"])
+            result["checked"] = len(rules)
+            result["denied"] = preflight.denied_rules(ops, rules)
+        except Exception as exc:  # pylint: disable=broad-except
+            if not is_kube_error(exc):
+                raise
+            result["server"] = module.server
+            where = preflight.describe_connection(result)
+            line = describe_error(exc, module.server, last_call())
+            local = preflight.summary(result["missing_executables"], result["missing_python_packages"], [])
+            msg = "pre-flight: %s%s%s" % (line, " (%s)" % where if where else "", "; %s" % local if local else "")
+            module.fail_json(msg=msg, **result)
+    problems = preflight.summary(result["missing_executables"], result["missing_python_packages"], result["denied"])
+    where = preflight.describe_connection(result, result.get("server"), result.get("user")) if params["api"] else ""
+    if problems:
+        module.fail_json(msg="pre-flight: %s%s" % (problems, " (%s)" % where if where else ""), **result)
+    result["msg"] = "pre-flight: ok%s" % (" (%s, %s)" % (where, result.get("server_version")) if where else "")
+    return result
+
+
+def main():
+    module = KubeModule(dict(
+        executables=dict(type="list", elements="str", default=[]),
+        python_packages=dict(type="list", elements="str", default=[]),
+        api=dict(type="bool", default=True),
+        access=dict(type="list", elements="dict", default=[], options=dict(
+            verbs=dict(type="list", elements="str", required=True),
+            resource=dict(type="str", required=True),
+            group=dict(type="str", default=""),
+            namespace=dict(type="str"),
+            name=dict(type="str"),
+        )),
+    ), names={"access[].namespace": "namespace"}, supports_check_mode=True)
+    if module.params["access"] and not module.params["api"]:
+        module.fail_json(msg="access needs api=true (the permissions are asked of the API server)", changed=False)
+    module.run(check)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The pre-flight play at the top of the playbooks (playbooks/preflight.yml), run as a user runs the playbooks:
+an inventory with no GPU host fails the run naming ansible_inventory_sources; an API server that cannot be reached
+fails the run at the pre-flight play, before any GPU host is read or anything changes. No testbed cluster needed:
+the API server is a bound port that refuses connections."""
+
+import socket
+
+import pytest
+import yaml
+
+from tests.integration.modules.test_unreachable_api_server import FaultRunner
+from tests.integration.reconfigure.conftest import REPO_ROOT
+
+PLAYBOOKS = [("mig-reconfigure.yml", {"profile": "all-balanced"}), ("site.yml", {})]
+
+
+@pytest.fixture(scope="module")
+def refused_kubeconfig(tmp_path_factory):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))  # bound, never listening: refused
+    path = tmp_path_factory.mktemp("preflight") / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "refused",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:%s" % sock.getsockname()[1],
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "refused", "context": {"cluster": "c", "user": "u"}}]}))
+    yield path, sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.mark.parametrize("playbook,extra", PLAYBOOKS, ids=[p for p, _e in PLAYBOOKS])
+def test_an_inventory_without_gpu_nodes_fails_naming_its_sources(refused_kubeconfig, tmp_path, playbook, extra):
+    runner = FaultRunner(refused_kubeconfig[0], tmp_path / "ansible")
+    run = runner.playbook(REPO_ROOT / playbook, [], extra_vars=extra, timeout=300)
+    assert run.rc != 0, run.explain()
+    result = run.task("Check that the inventory has hosts in gpu_nodes")
+    msg = result.get("msg") or ""
+    assert result.get("failed") is True, result
+    assert msg.startswith("no host in gpu_nodes of the inventory (ansible_inventory_sources: %s)"
+                          % (runner.workdir / "inventory.yml")), msg
+    assert "could not be parsed" in msg and "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED" in msg, msg
+    assert not run.ran("Check programs, Python packages"), run.explain()
+
+
+@pytest.mark.parametrize("playbook,extra", PLAYBOOKS, ids=[p for p, _e in PLAYBOOKS])
+def test_an_unreachable_api_server_fails_at_the_preflight_play(refused_kubeconfig, tmp_path, playbook, extra):
+    path, port = refused_kubeconfig
+    runner = FaultRunner(path, tmp_path / "ansible")
+    run = runner.playbook(REPO_ROOT / playbook, ["gpu-preflight-1"], extra_vars=extra, timeout=300)
+    assert run.rc != 0, run.explain()
+    result = run.task("Check programs, Python packages")
+    msg = result.get("msg") or ""
+    assert result.get("failed") is True, result
+    assert msg.startswith("pre-flight: cannot reach the Kubernetes API server 127.0.0.1:%s (GET /version)" % port), msg
+    assert "kubeconfig %s, context refused" % path in msg, msg
+    # The run ended there: the plays on the GPU hosts never started.
+    assert [play["play"]["name"] for play in run.data["plays"]] == ["Pre-flight - what this playbook needs"], run.explain()
+
+
+def test_the_report_needs_no_gpu_host_but_a_reachable_api_server(refused_kubeconfig, tmp_path):
+    path, port = refused_kubeconfig
+    runner = FaultRunner(path, tmp_path / "ansible")
+    run = runner.playbook(REPO_ROOT / "report.yml", [], extra_vars={"gpu_report_dir": str(tmp_path / "r")},
+                          timeout=300)
+    assert run.rc != 0, run.explain()
+    assert run.task("Check that the inventory has hosts in gpu_nodes").get("skipped") is True
+    msg = run.task("Check programs, Python packages")["msg"]
+    assert msg.startswith("pre-flight: cannot reach the Kubernetes API server 127.0.0.1:%s (GET /version)" % port), msg
+    assert not (tmp_path / "r").exists()
