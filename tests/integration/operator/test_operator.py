@@ -97,10 +97,19 @@ def test_install_validates_and_a_second_run_changes_nothing(operator_sandbox):
 
 def test_check_mode_on_an_installed_operator_changes_nothing(operator_sandbox):
     revision = operator_sandbox.releases()[0]["revision"]
-    result = operator_sandbox.site("--check", "--tags", "operator", extra_vars={"gpu_operator_mig_strategy": "mixed", "gpu_operator_mig_with_reboot": True})
+    result = operator_sandbox.site("--check", "--diff", "--tags", "operator",
+                                   extra_vars={"gpu_operator_mig_strategy": "mixed", "gpu_operator_mig_with_reboot": True})
     assert result.rc == 0, result
     assert result.task_results("Install or upgrade the GPU Operator chart")[0][1]["changed"] is True
-    assert result.task_results("Patch ClusterPolicy")[0][1]["changed"] is True
+    # --diff shows the chart values and the ClusterPolicy before -> after; a callback prints a diff only when the
+    # task reports changed.
+    values = result.task_results("Show how the chart values would change")[0][1]
+    added = [line for line in values["diff"]["prepared"].splitlines() if line.startswith("+")]
+    assert values["changed"] is True and any("strategy: mixed" in line for line in added), values
+    patch = result.task_results("Patch ClusterPolicy")[0][1]
+    assert patch["changed"] is True, patch
+    assert patch["diff"]["before"]["spec"]["mig"]["strategy"] == "single", patch["diff"]
+    assert patch["diff"]["after"]["spec"]["mig"]["strategy"] == "mixed", patch["diff"]
     assert operator_sandbox.releases()[0]["revision"] == revision
     assert operator_sandbox.policy()["spec"]["mig"]["strategy"] == "single"
 

@@ -59,12 +59,15 @@ class Runner(object):
             "children": {"gpu_nodes": {"hosts": hosts}}}}))
         return path
 
-    def playbook(self, playbook, nodes, extra_vars=None, check=False, timeout=600, popen=False, host_vars=None):
+    def playbook(self, playbook, nodes, extra_vars=None, check=False, timeout=600, popen=False, host_vars=None,
+                 diff=False):
         """Run ``playbook`` with ``nodes`` as the gpu_nodes hosts (connection local; ``host_vars`` per node)."""
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
                "-i", str(self.inventory(nodes or [], host_vars=host_vars)), "-e", json.dumps(extra_vars or {})]
         if check:
             cmd.append("--check")
+        if diff:
+            cmd.append("--diff")
         if popen:
             return subprocess.Popen(cmd, env=self.env(), cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, start_new_session=True)

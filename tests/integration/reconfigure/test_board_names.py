@@ -27,8 +27,10 @@ def test_a_board_is_verified_with_its_own_product_name(testbed, gpu_cluster, add
     assert node_view(testbed, node)["labels"][PRODUCT] == product  # NVIDIA's GFD on the simulated NVML
     planned = []
     for target, allocatable in ((config, {"nvidia.com/mig-" + profile: "7"}), ("all-disabled", {"nvidia.com/gpu": "1"})):
-        plan = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile=target), check=True)
+        plan = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile=target), check=True,
+                               diff=True)
         assert plan.rc == 0, plan.explain()
+        assert_check_shows_the_change(plan, node, target)
         result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile=target))
         assert result.rc == 0, result.explain()
         assert rows_of(result)[node]["result"] == "reconfigured", rows_of(result)[node]
@@ -37,4 +39,17 @@ def test_a_board_is_verified_with_its_own_product_name(testbed, gpu_cluster, add
         assert gpu_allocatable(view) == allocatable
         assert view["labels"][PRODUCT] == product
         planned.extend(plan.task("Plan every node")["plan"])
+        again = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile=target), check=True,
+                                diff=True)
+        assert again.rc == 0 and again.task("Plan every node")["changed"] is False, again.explain()
+        assert sum(host["changed"] for host in again.data["stats"].values()) == 0, again.data["stats"]
     assert [entry["model"] for entry in planned] == [nvml_name] * 2
+
+
+def assert_check_shows_the_change(plan, node, target):
+    """--check reports changed for the node the plan changes; --diff shows its label and layout before -> after."""
+    task = plan.task("Plan every node")
+    assert task["changed"] is True and task["order"] == [node], task
+    assert "%s: nvidia.com/mig.config=%s" % (node, target) in task["diff"]["after"], task["diff"]
+    assert "%s: nvidia.com/mig.config=" % node in task["diff"]["before"], task["diff"]
+    assert sum(host["changed"] for host in plan.data["stats"].values()) > 0, plan.data["stats"]
