@@ -24,7 +24,8 @@ USER_VARS = {
     "gpufleet_awx_host": "https://awx.example.invalid",
     "gpufleet_awx_token": "token-not-real",
     "gpufleet_awx_scm_url": "https://git.example.invalid/gpufleet/gpu_operator.git",
-    "gpufleet_awx_kubeconfig": "apiVersion: v1\nkind: Config\n",
+    "gpufleet_awx_kubeconfig": "apiVersion: v1\nkind: Config\nusers: [{name: gpufleet-automation}]\n",
+    "gpufleet_awx_installer_kubeconfig": "apiVersion: v1\nkind: Config\nusers: [{name: gpufleet-installer}]\n",
 }
 VALIDATOR_KWARGS = ("mutually_exclusive", "required_together", "required_one_of", "required_if", "required_by")
 
@@ -136,6 +137,19 @@ def test_templates_workflow_and_credential_type_wiring():
     assert report["extra_vars"]["gpu_report_dir"] == "/var/lib/gpufleet/reports/job-{{ awx_job_id }}"
     # The chart values stay out of the site job's output unless a person asks for --diff at launch.
     assert playbooks["site.yml"]["diff_mode"] is False and playbooks["site.yml"]["ask_diff_mode_on_launch"] is True
+    # Two credentials: the installer's (cluster-admin, rbac/gpu-operator-install.yaml) only on the site template;
+    # the reconfiguration account's (rbac/mig-reconfigure.yaml) on the others and the inventory source.
+    credentials = dict((args["name"], args) for args in by_module["credential"])
+    assert len(credentials) == 2, sorted(credentials)
+    installer = [name for name in credentials if "installer" in name]
+    assert len(installer) == 1, sorted(credentials)
+    installer = installer[0]
+    reconfigurer = next(name for name in credentials if name != installer)
+    assert playbooks["site.yml"]["credentials"] == [installer]
+    assert playbooks["mig-reconfigure.yml"]["credentials"] == [reconfigurer]
+    assert playbooks["report.yml"]["credentials"] == [reconfigurer]
+    assert by_module["inventory_source"][0]["credential"] == reconfigurer
+    assert credentials[installer]["inputs"]["kubeconfig"] != credentials[reconfigurer]["inputs"]["kubeconfig"]
     reconfigure = playbooks["mig-reconfigure.yml"]
     assert reconfigure["survey_enabled"] is True and reconfigure["ask_job_type_on_launch"] is True
     assert "survey_profile" in reconfigure["extra_vars"]["profile"], "profile is not derived from the survey"

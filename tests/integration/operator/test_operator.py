@@ -95,6 +95,33 @@ def test_install_validates_and_a_second_run_changes_nothing(operator_sandbox):
     assert again.changed == 0, list(again.data["stats"].items())
 
 
+def test_site_runs_under_the_installer_account_and_stops_under_the_reconfiguration_one(operator_sandbox):
+    """The ServiceAccounts of AWX's two credentials (rbac/): site.yml over the installed operator runs whole,
+    validation's smoke pods included, under the installer's; under the reconfiguration account the pre-flight
+    play stops it before anything is read or changed, naming what that account may not do."""
+    bed = operator_sandbox.bed
+    rbac = HERE.parents[2] / "rbac"
+    bed.kubectl("apply", "-f", str(rbac / "gpu-operator-install.yaml"))
+    bed.kubectl("apply", "-f", str(rbac / "mig-reconfigure.yaml"))
+    installer = bed.serviceaccount_kubeconfig("gpufleet", "gpufleet-installer")
+    reconfigurer = bed.serviceaccount_kubeconfig("gpu-operator", "gpufleet-automation")
+
+    result = operator_sandbox.site(extra_vars={"gpufleet_kubeconfig": str(installer)})
+    assert result.rc == 0, result
+    assert result.changed == 0, list(result.data["stats"].items())
+    table = result.table()
+    assert len(table) == 1 + 3 and all(line.split()[-1] == "PASS" for line in table[1:]), table
+
+    refused = operator_sandbox.site(extra_vars={"gpufleet_kubeconfig": str(reconfigurer)})
+    assert refused.rc != 0, refused
+    messages = [m for m in refused.failure_messages() if "not allowed" in m]
+    assert len(messages) == 1, refused
+    for denied in ("create namespaces", "customresourcedefinitions", "clusterroles"):
+        assert denied in messages[0], messages[0]
+    assert "gpufleet-automation" in messages[0], messages[0]
+    assert not refused.task_results("Install or upgrade the GPU Operator chart"), "site went past the pre-flight"
+
+
 def test_check_mode_on_an_installed_operator_changes_nothing(operator_sandbox):
     revision = operator_sandbox.releases()[0]["revision"]
     result = operator_sandbox.site("--check", "--diff", "--tags", "operator",
