@@ -120,6 +120,28 @@ def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, 
         return fail(row, "api", "node %s: Kubernetes API error %s" % (node_name, api_error(exc)), ctx, ops, node_name, started)
     except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         return unreachable(row, where["stage"], exc, ctx, ops, node_name, started)
+    except Exception as exc:  # pylint: disable=broad-exception-caught  # any other error is this node's failed row
+        return unexpected(row, where["stage"], exc, ctx, ops, node_name, started)
+
+
+def unexpected_text(exc):
+    """``ValueError: <its message>`` on one line, at most 500 characters."""
+    text = " ".join(("%s: %s" % (type(exc).__name__, exc)).split())
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def unexpected(row, stage, exc, ctx, ops, node_name, started):
+    """An error no step expects (a response that is not JSON, a malformed object, a full disk): the node fails
+    with the error named, as any failed node does (left cordoned if we cordoned it, diagnostics when they can be
+    read), and the rollout halts."""
+    message = "node %s: unexpected error during %s: %s; node left as it is (cordoned if the drain had started)" % (
+        node_name, stage, unexpected_text(exc))
+    try:
+        return fail(row, stage, message, ctx, ops, node_name, started)
+    except Exception as again:  # pylint: disable=broad-exception-caught  # the diagnostics failed too: keep the row
+        row.update(result="failed", stage=stage, message=message + "; diagnostics not read: " + unexpected_text(again),
+                   duration_s=round(row.get("duration_s", 0.0) + time.monotonic() - started, 3))
+        return row
 
 
 def api_error(exc):

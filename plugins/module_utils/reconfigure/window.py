@@ -68,7 +68,13 @@ class Window(object):
 
     def observed(self, pair):
         self.observer.node_started(pair[0])
-        slot = self.take(*pair)
+        try:
+            slot = self.take(*pair)
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # one node's error must not lose every row
+            self.halted.append(pair[0])
+            slot = Slot(not_started_row(pair[0], "node %s: unexpected error: %s; the node is as the error left it "
+                                        "(a re-run resumes it)" % (pair[0], procedure.unexpected_text(exc))), reason=True)
+            slot.row["result"] = "failed"
         self.observer.node_finished(slot.row)
         return slot
 
@@ -80,20 +86,25 @@ class Window(object):
         ops = self.ops()
         try:
             snap = snapshot.read_node(ops, ctx, name)
+            planned = preflight.plan_one(ctx, snap, name, target, self.hardware_by_node.get(name), keep_drain=True)
+            drain_plan = planned.pop("_drain", None)
+            short = self.room(ops, planned) if self.room is not None and not planned["errors"] \
+                and planned.get("pods_to_evict") else None
         except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
             self.halted.append(name)
             return Slot(not_started_row(name, "node %s not started, nothing was changed there: Kubernetes API server "
                                         "unreachable (%s)" % (name, connection_reason(exc))), reason=True)
-        planned = preflight.plan_one(ctx, snap, name, target, self.hardware_by_node.get(name), keep_drain=True)
-        drain_plan = planned.pop("_drain", None)
-        if self.room is not None and not planned["errors"] and planned.get("pods_to_evict"):
-            short = self.room(ops, planned)
-            if short:
-                row = not_started_row(name, "node %s not started, nothing was changed there: %s" % (
-                    name, " | ".join(short)))
-                row.update(model=planned.get("model"), before=planned.get("current_config"),
-                           after=planned.get("current_config"))
-                return Slot(ctx.report_row(row), planned, reason=True)
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # a node's own failed row, not a lost run
+            self.halted.append(name)
+            row = not_started_row(name, "node %s not started, nothing was changed there: unexpected error while "
+                                  "planning it: %s" % (name, procedure.unexpected_text(exc)))
+            row["result"] = "failed"
+            return Slot(row, reason=True)
+        if short:
+            row = not_started_row(name, "node %s not started, nothing was changed there: %s" % (name, " | ".join(short)))
+            row.update(model=planned.get("model"), before=planned.get("current_config"),
+                       after=planned.get("current_config"))
+            return Slot(ctx.report_row(row), planned, reason=True)
         self.observer.node_planned(name)
         row = procedure.run_node(ctx, name, target, planned, hold_cordon=self.hold_cordon, ops=ops,
                                  drain_plan=None if self.room is not None else drain_plan)

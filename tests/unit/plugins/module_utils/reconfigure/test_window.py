@@ -133,3 +133,35 @@ def test_each_node_outcome_reaches_the_progress_record(monkeypatch, tmp_path):
     run_window(ctx, ["a", "b", "c"], 1)
     steps = dict((n["node"], n["step"]) for n in ctx.progress.record()["nodes"])
     assert steps == {"a": "done", "b": "failed", "c": "not started"}
+
+
+def test_an_unexpected_error_in_a_node_is_its_failed_row_and_halts(monkeypatch):
+    """A ValueError from the node's procedure (a response that is not JSON, say) or from planning it: that node's
+    row is failed and names the error, the rows of the others are kept, and no node starts after it."""
+    seen = fake_node_steps(monkeypatch)
+    run_node = window.procedure.run_node
+
+    def broken_run_node(ctx, name, target, planned, **kwargs):
+        if name == "n1":
+            raise ValueError("Expecting value: line 1 column 1 (char 0)")
+        return run_node(ctx, name, target, planned, **kwargs)
+
+    monkeypatch.setattr(window.procedure, "run_node", broken_run_node)
+    rows = run_window(Ctx(), ["n0", "n1", "n2", "n3"], 1)[0]
+    assert [r["node"] for r in rows] == ["n0", "n1", "n2", "n3"]
+    assert [r["result"] for r in rows] == ["reconfigured", "failed", "not started", "not started"]
+    assert "ValueError: Expecting value" in rows[1]["message"] and "n1" in rows[1]["message"]
+    assert "halted after n1 failed" in rows[2]["message"]
+    assert seen["started"] == ["n0"]
+
+
+def test_an_unexpected_error_while_planning_a_node_changes_nothing_there(monkeypatch):
+    fake_node_steps(monkeypatch)
+
+    def broken_plan(ctx, snap, name, target, hardware=None, keep_drain=False):
+        raise TypeError("'NoneType' object is not subscriptable")
+
+    monkeypatch.setattr(window.preflight, "plan_one", broken_plan)
+    rows = run_window(Ctx(), ["n0", "n1"], 2)[0]
+    assert rows[0]["result"] == "failed" and "nothing was changed there" in rows[0]["message"], rows[0]
+    assert "TypeError" in rows[0]["message"]
