@@ -12,6 +12,8 @@ import ansible_runner
 import jinja2.sandbox
 import yaml
 
+from tests.integration.reconfigure.conftest import apply_automation_rbac
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 AWX_DIR = os.path.join(ROOT, "awx")
 CONFIG = "nvidia.com/mig.config"
@@ -113,9 +115,7 @@ def wait_settled(testbed, name, gpus):
 
 
 def automation_kubeconfig(testbed):
-    testbed.kubectl("create", "namespace", "gpu-operator", check=False)
-    testbed.kubectl("apply", "-f", os.path.join(ROOT, "rbac", "mig-reconfigure.yaml"))
-    return testbed.serviceaccount_kubeconfig("gpu-operator", "gpufleet-automation")
+    return apply_automation_rbac(testbed)
 
 
 def test_plan_job_then_apply_job_through_ansible_runner(testbed, gpu_cluster, add_gpu_node, tmp_path):

@@ -12,19 +12,29 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 RBAC_FILE = REPO_ROOT / "rbac" / "mig-reconfigure.yaml"
+UNWEDGE_RBAC_FILE = REPO_ROOT / "rbac" / "mig-reconfigure-unwedge.yaml"
+TEST_LEASES_RBAC_FILE = Path(__file__).resolve().parent / "rbac-test-leases.yaml"
+# The role's default mig_reconfigure_lock_name: the one Lease rbac/mig-reconfigure.yaml lets the account renew.
+LOCK_NAME = "gpufleet-mig-rollout"
 PLAYBOOK = REPO_ROOT / "mig-reconfigure.yml"
 SA_NAMESPACE = "gpu-operator"
 SA_NAME = "gpufleet-automation"
 PRIOR_ANNOTATION = "gpufleet.io/prior-unschedulable"
 
 
+def apply_automation_rbac(testbed):
+    """Bind the automation ServiceAccount by rbac/mig-reconfigure.yaml and the opt-in un-wedge file, plus the
+    tests' own Lease names (rbac-test-leases.yaml says why); returns its kubeconfig."""
+    testbed.kubectl("create", "namespace", SA_NAMESPACE, check=False)
+    testbed.kubectl("apply", "-f", str(RBAC_FILE), "-f", str(UNWEDGE_RBAC_FILE), "-f", str(TEST_LEASES_RBAC_FILE))
+    return testbed.serviceaccount_kubeconfig(SA_NAMESPACE, SA_NAME)
+
+
 @pytest.fixture(scope="session")
 def automation_kubeconfig(testbed):
-    """Kubeconfig of the automation ServiceAccount bound only to rbac/mig-reconfigure.yaml (the testbed's
+    """Kubeconfig of the automation ServiceAccount bound to the rbac/ files of the reconfiguration (the testbed's
     API server enforces RBAC, so a missing verb is a 403 in the test)."""
-    testbed.kubectl("create", "namespace", SA_NAMESPACE, check=False)
-    testbed.kubectl("apply", "-f", str(RBAC_FILE))
-    return testbed.serviceaccount_kubeconfig(SA_NAMESPACE, SA_NAME)
+    return apply_automation_rbac(testbed)
 
 
 class Runner(object):

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.integration.reconfigure.conftest import RBAC_FILE, SA_NAME, SA_NAMESPACE, Runner
+from tests.integration.reconfigure.conftest import Runner, apply_automation_rbac
 from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES, GpuAgents
 from tests.testbed.cluster import Cluster, TestbedError
 from tests.testbed.faultproxy import FaultProxy
@@ -77,9 +77,7 @@ def add_gpu_node(gpu_agents, request):
 
 @pytest.fixture(scope="package")
 def automation_kubeconfig(testbed):
-    testbed.kubectl("create", "namespace", SA_NAMESPACE, check=False)
-    testbed.kubectl("apply", "-f", str(RBAC_FILE))
-    return testbed.serviceaccount_kubeconfig(SA_NAMESPACE, SA_NAME)
+    return apply_automation_rbac(testbed)
 
 
 @pytest.fixture
