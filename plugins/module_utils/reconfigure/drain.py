@@ -183,6 +183,10 @@ def uncordon_patch(node):
 
 # -- the drain against the API ---------------------------------------------------------------------------
 
+# Conflicts in a row before a cordon or uncordon gives up (each one a change by another writer between our read and
+# our write; the node's status heartbeats do not change the object's spec, but do change its resourceVersion).
+CONFLICT_RETRIES = 5
+
 class NodeDrainer(object):
     """Drain one node through ``KubeOps``; every method returns plain data for module results."""
 
@@ -199,6 +203,7 @@ class NodeDrainer(object):
         self.grace_period = grace_period
         self.retry_delay = retry_delay
         self.node = None  # the node as drain_node's cordon left it
+        self.evicted = []  # every pod evicted so far, kept when a later request fails
 
     def read_node(self):
         try:
@@ -229,29 +234,49 @@ class NodeDrainer(object):
         plan["node"] = node
         return plan
 
+    def patch_as_read(self, node, make_patch):
+        """Send ``make_patch(node)`` (a merge patch, or None for nothing to do) on the condition that the node is
+        still as read (its resourceVersion): when it changed meanwhile (409 Conflict: an admin's cordon, another
+        writer), read it again and make the patch anew, so a decision is never taken on a stale read.
+        Returns (patch sent or None, the node after)."""
+        for attempt in range(CONFLICT_RETRIES):
+            patch = make_patch(node)
+            if patch is None:
+                return None, node
+            version = (node.get("metadata") or {}).get("resourceVersion")
+            if version:
+                patch = dict(patch, metadata=dict(patch.get("metadata") or {}, resourceVersion=version))
+            try:
+                return patch, self.ops.patch_node(self.node_name, patch)
+            except ApiException as exc:
+                if exc.status != 409 or attempt == CONFLICT_RETRIES - 1:
+                    raise
+                node = self.read_node()
+        return None, node  # not reached: the last attempt returns or raises
+
     def cordon(self, node):
-        patch = cordon_patch(node)
-        if patch is None:
-            return False, node
-        return True, self.ops.patch_node(self.node_name, patch)
+        patch, node = self.patch_as_read(node, cordon_patch)
+        return patch is not None, node
 
     def uncordon(self, node=None, also=None):
         """Restore the schedulability found; ``also``: a merge patch of metadata to apply in the same request
         (sent even when there is nothing to uncordon)."""
-        node = node or self.read_node()
-        patch, outcome = uncordon_patch(node)
-        if also:
+        outcome = []
+
+        def make(current):
+            patch, found = uncordon_patch(current)
+            outcome[:] = [patch is not None, found]
+            if not also:
+                return patch
             merged = {"metadata": dict((key, dict(value)) for key, value in also.get("metadata", {}).items())}
             for key, value in ((patch or {}).get("metadata") or {}).items():
                 merged["metadata"].setdefault(key, {}).update(value)
             if patch and "spec" in patch:
                 merged["spec"] = patch["spec"]
-            self.ops.patch_node(self.node_name, merged)
-            return patch is not None, outcome
-        if patch is None:
-            return False, outcome
-        self.ops.patch_node(self.node_name, patch)
-        return True, outcome
+            return merged
+
+        self.patch_as_read(node or self.read_node(), make)
+        return outcome[0], outcome[1]
 
     def evict_all(self, plan, deadline):
         """Evict the planned pods, retrying PDB refusals (429) until ``deadline``.
@@ -268,6 +293,7 @@ class NodeDrainer(object):
                     else:
                         self.ops.evict(pod["namespace"], pod["name"], self.grace_period)
                     evicted.append(pod)
+                    self.evicted.append(pod)
                 except ApiException as exc:
                     if exc.status == 404:
                         gone_before.append(pod)

@@ -54,6 +54,7 @@ def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, 
         return row
     o = ctx.options
     where = {"stage": "drain"}
+    drainer = None
     try:
         # 1. drain (idempotent: an earlier cordon of ours is kept, remaining GPU pods are evicted)
         t0 = time.monotonic()
@@ -115,13 +116,23 @@ def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, 
         where["stage"] = "uncordon"
         return give_back(ctx, ops, node_name, target, row, started, "allocatable and GFD labels", step["node"])
     except ApiException as exc:
+        keep_evictions(row, drainer)
         if exc.status == 404 and not node_step.node_exists(ops, node_name):
             return fail(row, "api", deleted_message(node_name, "api"), ctx, ops, node_name, started)
         return fail(row, "api", "node %s: Kubernetes API error %s" % (node_name, api_error(exc)), ctx, ops, node_name, started)
     except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+        keep_evictions(row, drainer)
         return unreachable(row, where["stage"], exc, ctx, ops, node_name, started)
     except Exception as exc:  # pylint: disable=broad-exception-caught  # any other error is this node's failed row
+        keep_evictions(row, drainer)
         return unexpected(row, where["stage"], exc, ctx, ops, node_name, started)
+
+
+def keep_evictions(row, drainer):
+    """The pods a drain evicted before a request failed stay in the row (and are followed after the last node)."""
+    if drainer is not None and drainer.evicted and not row["evicted"]:
+        row["evicted"] = ["%s/%s" % (p["namespace"], p["name"]) for p in drainer.evicted]
+        row["_evictions"] = drainer.evictions(drainer.evicted)
 
 
 def unexpected_text(exc):

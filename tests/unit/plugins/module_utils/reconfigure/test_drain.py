@@ -163,3 +163,65 @@ def test_wait_gone_watches_from_the_plans_list_without_listing_again():
     assert ops.lists == 0 and ops.watched_from == "5"
     assert drain.NodeDrainer(ops, "n1").wait_gone(evicted, 10 ** 9) == []  # no list given: lists first (gone already)
     assert ops.lists == 1
+
+
+class ConflictOps(object):
+    """A node that an admin cordons between our read and our cordon: the first patch, sent with the resourceVersion
+    read, is refused with 409 as the API server refuses it; the node read again is the admin's."""
+
+    def __init__(self, current):
+        self.current = current
+        self.patches, self.reads = [], 0
+
+    def patch_node(self, name, body):
+        self.patches.append(body)
+        if body["metadata"].get("resourceVersion") != self.current["metadata"]["resourceVersion"]:
+            raise drain.ApiException(status=409, reason="Conflict")
+        return body
+
+    def get_node(self, name):
+        self.reads += 1
+        return self.current
+
+
+def versioned(unschedulable, version, prior=None):
+    found = node(unschedulable, prior)
+    found["metadata"]["resourceVersion"] = version
+    return found
+
+
+def test_a_cordon_made_between_our_read_and_our_write_is_recorded_as_the_admins():
+    ops = ConflictOps(versioned(True, "8"))  # the admin cordoned: version 7 -> 8
+    changed, _node = drain.NodeDrainer(ops, "n1").cordon(versioned(False, "7"))
+    assert changed and ops.reads == 1 and len(ops.patches) == 2
+    assert ops.patches[0]["metadata"]["resourceVersion"] == "7"
+    # Made anew from the node as it is: the admin's cordon is the state found, so the uncordon will keep it.
+    assert ops.patches[1]["metadata"]["annotations"][drain.PRIOR_UNSCHEDULABLE_ANNOTATION] == "true"
+    assert ops.patches[1]["metadata"]["resourceVersion"] == "8"
+
+
+def test_an_uncordon_is_made_anew_when_the_node_changed_since_it_was_read():
+    # Someone else released the node meanwhile (our record gone): nothing of ours is left to undo.
+    ops = ConflictOps(versioned(False, "12"))
+    changed, outcome = drain.NodeDrainer(ops, "n1").uncordon(versioned(True, "11", prior="false"))
+    assert (changed, outcome) == (False, "no-record") and len(ops.patches) == 1
+
+
+def test_conflicts_without_end_give_up_naming_the_conflict():
+    class Always(ConflictOps):
+        def get_node(self, name):
+            self.reads += 1
+            return versioned(False, str(100 + self.reads))
+
+        def patch_node(self, name, body):
+            self.patches.append(body)
+            raise drain.ApiException(status=409, reason="Conflict")
+
+    ops = Always(versioned(False, "1"))
+    try:
+        drain.NodeDrainer(ops, "n1").cordon(versioned(False, "1"))
+    except drain.ApiException as exc:
+        assert exc.status == 409
+    else:
+        raise AssertionError("no conflict raised")
+    assert len(ops.patches) == drain.CONFLICT_RETRIES

@@ -45,3 +45,30 @@ def test_the_row_is_kept_when_the_diagnostics_fail_too(monkeypatch):
 def test_an_error_text_is_one_line_and_bounded():
     text = procedure.unexpected_text(ValueError("a\nb " + "x" * 2000))
     assert "\n" not in text and len(text) == 500 and text.startswith("ValueError: a b x")
+
+
+class Drainer(object):
+    """Evicts one pod, then the API server goes away."""
+
+    def __init__(self):
+        self.evicted = [{"namespace": "team", "name": "trainer-0", "uid": "u0"}]
+        self.pods = None
+
+    def evictions(self, evicted):
+        return [{"node": "n1", "pod": "%s/%s" % (p["namespace"], p["name"])} for p in evicted]
+
+
+def test_evictions_made_before_the_api_server_went_away_stay_in_the_row(monkeypatch):
+    class Gone(Ctx):
+        def drainer(self, ops, node_name):
+            return Drainer()
+
+    def drain_node(drainer, timeout, plan=None):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(procedure, "drain_node", drain_node)
+    monkeypatch.setattr(procedure.node_step, "collect_diagnostics",
+                        lambda ops, node, namespace, lines: {"unschedulable": True, "config": "all-disabled"})
+    row = procedure.run_node(Gone(None), "n1", "all-1g.10gb", dict(PLANNED), ops=object())
+    assert row["result"] == "failed" and "unreachable during drain" in row["message"], row
+    assert row["evicted"] == ["team/trainer-0"] and row["_evictions"] == [{"node": "n1", "pod": "team/trainer-0"}]
