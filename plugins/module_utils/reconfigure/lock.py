@@ -199,6 +199,7 @@ class LeaseRenewer(object):
         self.lock = lock
         self.error = None
         self.lapses = []
+        self.renewed_at = time.monotonic()  # of the last renewal that landed, on this process's monotonic clock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-renewer", daemon=True)
 
@@ -219,9 +220,27 @@ class LeaseRenewer(object):
                 self.lapses.append("not renewed for %.0fs (%s); renewed again by the same holder" % (
                     time.monotonic() - renewed, failing))
             renewed, failing = time.monotonic(), None
+            self.renewed_at = renewed
+
+    def lapsed_s(self):
+        """Seconds past the Lease's duration since our last renewal landed (0.0 while it is valid). Judged by this
+        process's monotonic clock from the renewal it made, never by comparing another host's clock with ours."""
+        return max(0.0, time.monotonic() - self.renewed_at - self.lock.duration_s)
+
+    def lost(self):
+        """Why no node may start now (the Lease taken or deleted, or not renewed past its duration), or None."""
+        if self.error:
+            return self.error
+        lapsed = self.lapsed_s()
+        if lapsed > 0:
+            return "rollout lock %s/%s not renewed for %.0fs, past its duration of %ss (the API server unreachable?): " \
+                "another rollout may take it" % (self.lock.namespace, self.lock.name, lapsed + self.lock.duration_s,
+                                                  self.lock.duration_s)
+        return None
 
     def __enter__(self):
         self.lock.renew()
+        self.renewed_at = time.monotonic()
         self._thread.start()
         return self
 

@@ -140,7 +140,7 @@ class Rollout(object):
 
     def run_nodes(self):
         slots = Window(self.ctx, self.targets, self.width, self.hardware, hold_cordon=self.params.get("hold_cordon"),
-                       room=self.room, observer=self.observer).run()
+                       room=self.room, observer=self.observer, lease=self.renewer).run()
         self.rows = [slot.row for slot in slots]
         self.plans = [slot.plan for slot in slots if slot.plan is not None]
         self.reasons = [slot.row["message"] for slot in slots if slot.reason]
@@ -322,6 +322,9 @@ class Rollout(object):
         return result
 
     def halt_message(self):
-        if not any(r["result"] in ("failed", "invalid", "not started") for r in self.rows):
+        lost = self.renewer.error if self.renewer is not None else None
+        if lost and not any(lost in reason for reason in self.reasons):
+            self.reasons.append("the rollout lost its lock: %s" % lost)
+        if not lost and not any(r["result"] in ("failed", "invalid", "not started") for r in self.rows):
             return None
         return "MIG rollout of %s halted: %s" % (self.config_text(), " | ".join(self.reasons))

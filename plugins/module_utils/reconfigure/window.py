@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import WATCH_CONNECTION_ERRORS
@@ -43,8 +44,11 @@ class Window(object):
     for the shortage lines of that node's pods to evict; a node with any is not started (its row says why,
     nothing of it is touched) and the others go on, each checked in turn."""
 
-    def __init__(self, ctx, targets, width, hardware_by_node=None, hold_cordon=False, room=None, observer=None):
+    def __init__(self, ctx, targets, width, hardware_by_node=None, hold_cordon=False, room=None, observer=None,
+                 lease=None):
         self.ctx = ctx
+        self.lease = lease  # the LeaseRenewer: no node starts while the Lease may not be ours
+        self.lease_lost = None
         self.targets = list(targets)
         self.width = max(1, min(width or len(self.targets), len(self.targets) or 1))
         self.hardware_by_node = hardware_by_node or {}
@@ -78,11 +82,26 @@ class Window(object):
         self.observer.node_finished(slot.row)
         return slot
 
+    def lease_problem(self):
+        """None while the Lease is ours; else why no node may start. When renewals have failed past the Lease's
+        duration (an API outage), wait up to one more duration for a renewal to land before giving up."""
+        if self.lease is None:
+            return None
+        deadline = time.monotonic() + self.lease.lock.duration_s
+        while self.lease.error is None and self.lease.lapsed_s() > 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return self.lease.lost()
+
     def take(self, name, target):
         ctx = self.ctx
         if self.halted:
             return Slot(ctx.report_row(not_started_row(
                 name, "not started: the rollout halted after %s failed" % self.halted[0])))
+        problem = self.lease_lost or self.lease_problem()
+        if problem:
+            first, self.lease_lost = self.lease_lost is None, problem
+            return Slot(ctx.report_row(not_started_row(name, "node %s not started, nothing was changed there: %s" % (
+                name, problem))), reason=first)
         ops = self.ops()
         try:
             snap = snapshot.read_node(ops, ctx, name)

@@ -94,3 +94,24 @@ def test_the_renewer_keeps_trying_through_an_outage(monkeypatch):
     with renewer:
         time.sleep(5.5)
     assert renewer.error is None and Flaky.calls >= 5
+
+
+def test_the_renewer_says_the_lease_is_lost_once_renewals_fail_past_its_duration(monkeypatch):
+    import urllib3
+
+    class Down(object):
+        namespace, name, duration_s = "gpu-operator", "gpufleet-mig-rollout", 0.3
+        calls = 0
+
+        def renew(self):
+            Down.calls += 1
+            if Down.calls > 1:  # the first renewal (entering) lands, then the API server is gone
+                raise urllib3.exceptions.MaxRetryError(None, "/leases", ConnectionRefusedError(111, "refused"))
+
+    with LeaseRenewer(Down()) as renewer:
+        assert renewer.lost() is None
+        time.sleep(0.5)
+        assert renewer.lapsed_s() > 0
+        assert "gpu-operator/gpufleet-mig-rollout not renewed" in renewer.lost()
+    renewer.error = "lost rollout lock gpu-operator/gpufleet-mig-rollout (holder now b)"
+    assert renewer.lost() == renewer.error

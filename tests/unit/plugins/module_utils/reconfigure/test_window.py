@@ -165,3 +165,54 @@ def test_an_unexpected_error_while_planning_a_node_changes_nothing_there(monkeyp
     rows = run_window(Ctx(), ["n0", "n1"], 2)[0]
     assert rows[0]["result"] == "failed" and "nothing was changed there" in rows[0]["message"], rows[0]
     assert "TypeError" in rows[0]["message"]
+
+
+class Lease(object):
+    """A LeaseRenewer's view as the window reads it: lost (taken or deleted) or lapsed (renewals failing)."""
+
+    class lock(object):
+        namespace, name, duration_s = "gpu-operator", "gpufleet-mig-rollout", 0.6
+
+    def __init__(self, error=None, lapsed_until=None):
+        self.error = error
+        self.lapsed_until = lapsed_until  # monotonic time a failing renewal lands again (None: never lapsed)
+
+    def lapsed_s(self):
+        return 1.0 if self.lapsed_until is not None and time.monotonic() < self.lapsed_until else 0.0
+
+    def lost(self):
+        return self.error or ("rollout lock gpu-operator/gpufleet-mig-rollout not renewed" if self.lapsed_s() else None)
+
+
+def test_a_lost_lease_starts_no_further_node(monkeypatch):
+    seen = fake_node_steps(monkeypatch)
+    lease = Lease()
+    calls = {"n": 0}
+    run_node = window.procedure.run_node
+
+    def losing(ctx, name, target, planned, **kwargs):
+        calls["n"] += 1
+        lease.error = "lost rollout lock gpu-operator/gpufleet-mig-rollout (holder now rollout-b)"  # while n0 runs
+        return run_node(ctx, name, target, planned, **kwargs)
+
+    monkeypatch.setattr(window.procedure, "run_node", losing)
+    rows = run_window(Ctx(), ["n0", "n1", "n2"], 1, lease=lease)[0]
+    assert [r["result"] for r in rows] == ["reconfigured", "not started", "not started"]  # n0 in flight: finished
+    assert "holder now rollout-b" in rows[1]["message"] and "nothing was changed there" in rows[1]["message"]
+    assert seen["started"] == ["n0"]
+
+
+def test_a_lapse_that_ends_within_the_lease_duration_only_delays_the_next_node(monkeypatch):
+    seen = fake_node_steps(monkeypatch)
+    lease = Lease(lapsed_until=time.monotonic() + 0.3)
+    started = time.monotonic()
+    rows = run_window(Ctx(), ["n0"], 1, lease=lease)[0]
+    assert rows[0]["result"] == "reconfigured" and seen["started"] == ["n0"]
+    assert time.monotonic() - started >= 0.3
+
+
+def test_a_lapse_past_one_more_duration_starts_nothing(monkeypatch):
+    seen = fake_node_steps(monkeypatch)
+    rows = run_window(Ctx(), ["n0", "n1"], 2, lease=Lease(lapsed_until=time.monotonic() + 60))[0]
+    assert [r["result"] for r in rows] == ["not started", "not started"] and seen["started"] == []
+    assert all("not renewed" in r["message"] for r in rows)
