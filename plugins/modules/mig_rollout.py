@@ -873,9 +873,20 @@ events:
       type: list
       elements: str
 lock_error:
-  description: Why renewing the Lease failed during the run.
-  returned: when the Lease could not be renewed
+  description:
+    - Why the rollout lost its Lease (taken by another holder or deleted); no node started after that, and the call
+      failed naming the Lease.
+  returned: when the Lease was lost
   type: str
+cancelled:
+  description:
+    - The signal (C(SIGINT) from Ctrl-C or AWX's cancel, C(SIGTERM)) that cancelled the run. ansible-playbook exits at
+      once; this call goes on until the nodes in flight reach their recorded state, starts no further node, skips
+      following the evicted pods and releases the Lease. Its rows stay in the progress record, the Events and the
+      nodes' annotations.
+  returned: phase=apply, when cancelled
+  type: str
+  sample: SIGINT
 duration_s:
   description: Seconds the run took.
   returned: phase=apply or release, not check mode

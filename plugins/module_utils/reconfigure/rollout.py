@@ -21,6 +21,8 @@ __metaclass__ = type
 
 import contextlib
 import functools
+import signal
+import threading
 import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
@@ -86,6 +88,8 @@ class Rollout(object):
         self.tracker = None
         self.renewer = None
         self.lock_taken = self.lock_released = None
+        self.cancelled = threading.Event()
+        self.cancel_signal = None
         # what the steps of apply() hand on
         self.plans = []
         self.rows = []
@@ -140,7 +144,7 @@ class Rollout(object):
 
     def run_nodes(self):
         slots = Window(self.ctx, self.targets, self.width, self.hardware, hold_cordon=self.params.get("hold_cordon"),
-                       room=self.room, observer=self.observer, lease=self.renewer).run()
+                       room=self.room, observer=self.observer, lease=self.renewer, cancelled=self.cancelled).run()
         self.rows = [slot.row for slot in slots]
         self.plans = [slot.plan for slot in slots if slot.plan is not None]
         self.reasons = [slot.row["message"] for slot in slots if slot.reason]
@@ -148,7 +152,7 @@ class Rollout(object):
     def follow_pods(self):
         """Follow the pods the drains evicted until their replacements run (follow.follow)."""
         evictions = [e for row in self.rows for e in row.pop("_evictions", None) or []]
-        if self.known_pods is not None and evictions:
+        if self.known_pods is not None and evictions and not self.cancelled.is_set():
             followed = follow.follow(self.ctx.ops, evictions, self.known_pods, self.params["follow_timeout"])
             for row in self.rows:
                 if row["node"] in followed:
@@ -182,6 +186,28 @@ class Rollout(object):
             self.tracker.finish()
 
     @contextlib.contextmanager
+    def cancellable(self):
+        """Ctrl-C and AWX's cancel send SIGINT (or SIGTERM) to this process while ansible-playbook exits at once:
+        nobody will read this call's result. Python's default would raise in the main thread only, while the
+        window's threads go on through every queued node with nobody watching. Instead: start no further node,
+        let the nodes in flight reach their recorded state (each bounded by its timeouts), skip following the
+        evicted pods, release the Lease, and leave the rows in the progress record, the Events and the nodes."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def cancel(signum, _frame):
+            self.cancel_signal = signal.Signals(signum).name
+            self.cancelled.set()
+
+        previous = dict((sig, signal.signal(sig, cancel)) for sig in (signal.SIGINT, signal.SIGTERM))
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    @contextlib.contextmanager
     def lease(self):
         """The rollout Lease renewed while the nodes run (taken first and released last when lock.take and
         lock.release ask; released even when a step raised)."""
@@ -198,7 +224,8 @@ class Rollout(object):
                 self.renewer = renewer
                 yield
         finally:
-            if options.get("release"):
+            # Cancelled: ansible-playbook has exited and its play cannot release the Lease, so this call does.
+            if options.get("release") or self.cancelled.is_set():
                 self.lock_released = self.give_lock_back(lock)
 
     @staticmethod
@@ -251,14 +278,15 @@ class Rollout(object):
     def apply(self):
         """Reconfigure the nodes, at most the window's width in progress at once."""
         try:
-            self.run_steps([("read policy", self.read_policy), ("count room", self.count_room),
-                            ("watch cluster", self.watch_cluster)])
-            with self.lease(), self.progress():
-                self.run_steps([("list pods", self.list_pods), ("run nodes", self.run_nodes),
-                                ("follow pods", self.follow_pods)])
-                # posting the queued Events, renewing and releasing the Lease
-                self.observer.step_started("finish")
-            self.observer.step_finished("finish")
+            with self.cancellable():
+                self.run_steps([("read policy", self.read_policy), ("count room", self.count_room),
+                                ("watch cluster", self.watch_cluster)])
+                with self.lease(), self.progress():
+                    self.run_steps([("list pods", self.list_pods), ("run nodes", self.run_nodes),
+                                    ("follow pods", self.follow_pods)])
+                    # posting the queued Events, renewing and releasing the Lease
+                    self.observer.step_started("finish")
+                self.observer.step_finished("finish")
         except Refused as exc:
             return exc.result, str(exc)
         except LockHeld as exc:
@@ -312,6 +340,8 @@ class Rollout(object):
         )
         if self.renewer is not None and self.renewer.error:
             result["lock_error"] = self.renewer.error
+        if self.cancelled.is_set():
+            result["cancelled"] = self.cancel_signal
         if self.tracker is not None and self.tracker.events_ops is not None:
             result["events"] = dict(posted=self.tracker.events_posted, errors=list(self.tracker.event_errors))
             self.warnings.extend(self.tracker.event_errors)
@@ -325,6 +355,9 @@ class Rollout(object):
         lost = self.renewer.error if self.renewer is not None else None
         if lost and not any(lost in reason for reason in self.reasons):
             self.reasons.append("the rollout lost its lock: %s" % lost)
+        if self.cancelled.is_set():
+            return "MIG rollout of %s cancelled (%s): %s" % (self.config_text(), self.cancel_signal, " | ".join(
+                ["the nodes in flight finished, no further node started, the Lease released"] + self.reasons))
         if not lost and not any(r["result"] in ("failed", "invalid", "not started") for r in self.rows):
             return None
         return "MIG rollout of %s halted: %s" % (self.config_text(), " | ".join(self.reasons))

@@ -45,8 +45,9 @@ class Window(object):
     nothing of it is touched) and the others go on, each checked in turn."""
 
     def __init__(self, ctx, targets, width, hardware_by_node=None, hold_cordon=False, room=None, observer=None,
-                 lease=None):
+                 lease=None, cancelled=None):
         self.ctx = ctx
+        self.cancelled = cancelled  # a threading.Event set on SIGINT/SIGTERM: no node starts after it
         self.lease = lease  # the LeaseRenewer: no node starts while the Lease may not be ours
         self.lease_lost = None
         self.targets = list(targets)
@@ -97,6 +98,9 @@ class Window(object):
         if self.halted:
             return Slot(ctx.report_row(not_started_row(
                 name, "not started: the rollout halted after %s failed" % self.halted[0])))
+        if self.cancelled is not None and self.cancelled.is_set():
+            return Slot(ctx.report_row(not_started_row(name, "node %s not started, nothing was changed there: the "
+                                                       "rollout was cancelled" % name)))
         problem = self.lease_lost or self.lease_problem()
         if problem:
             first, self.lease_lost = self.lease_lost is None, problem

@@ -216,3 +216,23 @@ def test_a_lapse_past_one_more_duration_starts_nothing(monkeypatch):
     rows = run_window(Ctx(), ["n0", "n1"], 2, lease=Lease(lapsed_until=time.monotonic() + 60))[0]
     assert [r["result"] for r in rows] == ["not started", "not started"] and seen["started"] == []
     assert all("not renewed" in r["message"] for r in rows)
+
+
+def test_after_a_cancel_no_node_starts_and_the_ones_in_flight_finish(monkeypatch):
+    cancelled = threading.Event()
+    seen = fake_node_steps(monkeypatch, seconds=0.2)
+    run_node = window.procedure.run_node
+
+    both_running = threading.Barrier(2, timeout=5)
+
+    def cancelling(ctx, name, target, planned, **kwargs):
+        both_running.wait()
+        cancelled.set()  # Ctrl-C while the first two nodes run
+        return run_node(ctx, name, target, planned, **kwargs)
+
+    monkeypatch.setattr(window.procedure, "run_node", cancelling)
+    rows = run_window(Ctx(), ["n0", "n1", "n2", "n3"], 2, cancelled=cancelled)[0]
+    assert [r["result"] for r in rows[:2]] == ["reconfigured", "reconfigured"]
+    assert [r["result"] for r in rows[2:]] == ["not started", "not started"]
+    assert all("cancelled" in r["message"] for r in rows[2:])
+    assert sorted(seen["started"]) == ["n0", "n1"]
