@@ -103,3 +103,18 @@ def test_execution_environment_installs_a_supported_ansible_core():
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
     assert wanted.name == "ansible-core"
     assert wanted.specifier == SpecifierSet(runtime["requires_ansible"]), wanted
+
+
+def test_changelog_records_the_galaxy_version_and_ships():
+    """galaxy.yml's version is a release of changelogs/changelog.yaml (antsibull-changelog), CHANGELOG.rst shows it, and
+    the build keeps both."""
+    import fnmatch
+
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    changes = yaml.safe_load((ROOT / "changelogs" / "changelog.yaml").read_text())
+    assert galaxy["version"] in changes["releases"], sorted(changes["releases"])
+    release = changes["releases"][galaxy["version"]]
+    assert release["changes"].get("release_summary") and release.get("release_date")
+    assert "v%s\n" % galaxy["version"] in (ROOT / "CHANGELOG.rst").read_text()
+    for path in ("CHANGELOG.rst", "changelogs/changelog.yaml", "changelogs/config.yaml"):
+        assert not [p for p in galaxy["build_ignore"] if fnmatch.fnmatch(path, p) or path.startswith(p + "/")], path
