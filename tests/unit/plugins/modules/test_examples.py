@@ -10,7 +10,10 @@ and ansible.builtin modules' arguments against the options their DOCUMENTATION l
 example inventory (inventories/example: its host and group variables, or a host variable of the gpu_nodes inventory
 plugin), a role's defaults or argument spec, an earlier task of the same example (register, set_fact), the play or
 task, or be one of Ansible's special variables. A variable read only behind ``default(...)`` or ``is defined`` may be
-undefined.
+undefined. Templates that read only the example inventory's and Ansible's variables are rendered as a play on the
+example inventory's gpu_nodes group renders them (example_renderer.py, a process of its own) and must not fail; where
+a module takes Kubernetes node names (NODE_NAME_PATHS), each value, literal or rendered, must be the node name of a
+host of that inventory (its gpu_node_name), not an inventory host name.
 """
 
 import ast
@@ -58,7 +61,8 @@ FQCN = re.compile(r"^([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)\.[a-z][a-z0-9_]*$")
 
 
 class _AnyName(dict):
-    """Filters and tests are Ansible's and collections' (checked by FQCN above): let Jinja2's analysis take any."""
+    """Filters and tests are Ansible's and collections' (template_problems checks the collections): Jinja2's analysis
+    takes any name."""
 
     def __contains__(self, name):
         return True
@@ -68,7 +72,8 @@ class _AnyName(dict):
 
 
 JINJA = Environment()
-JINJA.filters, JINJA.tests = _AnyName(JINJA.filters), _AnyName(JINJA.tests)
+JINJA.filters = _AnyName(JINJA.filters)
+JINJA.tests = _AnyName(JINJA.tests)
 # Where this collection's modules take Kubernetes node names (a[] = each element of list a, a{} = each key of dict a).
 NODE_NAME_PATHS = {
     "gpu_cluster_facts": ["dcgm_endpoints[].node"],
