@@ -27,11 +27,11 @@ help: ## list targets
 
 setup: $(SETUP_STAMP) $(COLLECTION_LINK) ## venv with pinned tools, checkout linked as gpufleet.gpu_operator
 
-$(SETUP_STAMP): requirements/runtime.txt requirements/dev.txt
+$(SETUP_STAMP): requirements/runtime.txt requirements/dev.txt requirements/unit.txt requirements/constraints.txt
 	@echo "[setup] creating $(VENV) with $(PYTHON) and pinned requirements"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements/dev.txt
+	$(BIN)/python -m pip install -q -r requirements/dev.txt -c requirements/constraints.txt
 	@rm -f $(VENV)/.setup-*; touch $@
 
 $(COLLECTION_LINK):

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: gpu_report_counts
 short_description: GPU resource counts of the fleet report as short text
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Writes a map of extended resource names to counts (a report node's C(allocatable) or C(requested)) as
     C(gpu=1, mig-1g.10gb=7) - short names, sorted, zero counts left out - or C(-) when there is none.

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: gpu_report_svg
 short_description: One GPU of the fleet report drawn as an inline SVG picture of its MIG slices
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Draws a GPU of a fleet report (a C(gpus) item of a C(report.nodes) entry, as M(gpufleet.gpu_operator.gpu_cluster_facts)
     returns it) as a strip of memory slices with one box per MIG instance, coloured by state (free, allocated,
@@ -30,12 +30,20 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Read the fleet report
+  gpufleet.gpu_operator.gpu_cluster_facts:
+  delegate_to: localhost
+  run_once: true
+  register: fleet
+
 - name: A page of the fleet's GPUs
   ansible.builtin.copy:
     content: |
-      {% for node in report.nodes %}{% for gpu in node.gpus %}{{ gpu | gpufleet.gpu_operator.gpu_report_svg(node) }}{% endfor %}{% endfor %}
+      {% for node in fleet.report.nodes %}{% for gpu in node.gpus %}{{ gpu | gpufleet.gpu_operator.gpu_report_svg(node) }}{% endfor %}{% endfor %}
     dest: /tmp/gpus.html
     mode: "0644"
+  delegate_to: localhost
+  run_once: true
 """
 
 RETURN = r"""

@@ -25,6 +25,21 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Check the GPU nodes (labels and allocatable only; see gpufleet.gpu_operator.gpu_node_validate for the hardware)
+  gpufleet.gpu_operator.gpu_node_validate:
+    nodes: [{name: gpu-node-01}, {name: gpu-node-02}]
+  delegate_to: localhost
+  run_once: true
+  register: gpu_validate_checks
+
+- name: Run a smoke pod per node and GPU resource
+  gpufleet.gpu_operator.gpu_smoke_test:
+    targets: "{{ gpu_validate_checks.smoke_targets }}"
+    strategy: "{{ gpu_validate_checks.strategy }}"
+  delegate_to: localhost
+  run_once: true
+  register: gpu_validate_smoke
+
 - name: Print the table
   ansible.builtin.debug:
     msg: "{{ gpu_validate_checks | gpufleet.gpu_operator.gpu_validation_table(gpu_validate_smoke) }}"

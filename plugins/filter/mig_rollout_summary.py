@@ -30,9 +30,26 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Plan all-balanced on the GPU nodes
+  gpufleet.gpu_operator.mig_rollout:
+    nodes: [gpu-node-01, gpu-node-02]
+    config: all-balanced
+    phase: plan
+  delegate_to: localhost
+  run_once: true
+  register: plan_result
+
+- name: Roll it out
+  gpufleet.gpu_operator.mig_rollout:
+    nodes: [gpu-node-01, gpu-node-02]
+    config: all-balanced
+  delegate_to: localhost
+  run_once: true
+  register: rollout
+
 - name: Print the fleet summary
   ansible.builtin.debug:
-    msg: "{{ rows | gpufleet.gpu_operator.mig_rollout_summary(plan_result.plan) }}"
+    msg: "{{ rollout.rows | gpufleet.gpu_operator.mig_rollout_summary(plan_result.plan) }}"
 """
 
 RETURN = r"""

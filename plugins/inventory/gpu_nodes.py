@@ -113,7 +113,7 @@ options:
     type: str
     choices: [compact, all, none]
     default: compact
-    version_added: 0.2.0
+    version_added: 0.1.0
 requirements:
   - kubernetes >= 30.0.0 (Python client)
 """

@@ -86,23 +86,26 @@ author:
 """
 
 EXAMPLES = r"""
+# In a play on the GPU hosts: each host's Kubernetes node is its gpu_node_name, the API is called from the controller.
 - name: Drain the GPU workloads of a node
   gpufleet.gpu_operator.gpu_drain:
-    name: gpu-node-1
+    name: "{{ gpu_node_name }}"
     timeout: 600
   delegate_to: localhost
   register: drain
 
 - name: Show what a full drain would evict
   gpufleet.gpu_operator.gpu_drain:
-    name: gpu-node-1
+    name: gpu-node-01
     pod_scope: all
+  delegate_to: localhost
   check_mode: true
 
 - name: Give the node back as it was found
   gpufleet.gpu_operator.gpu_drain:
-    name: gpu-node-1
+    name: "{{ gpu_node_name }}"
     state: uncordoned
+  delegate_to: localhost
 """
 
 RETURN = r"""

@@ -72,16 +72,27 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Check every GPU node
+# In a play on the GPU hosts. Kubernetes node names are the hosts' gpu_node_name (the gpu_node_names and
+# hardware_by_node filters fall back to the host name), not the inventory host names.
+- name: Read each host's GPUs
+  gpufleet.gpu_operator.gpu_info:
+    processes: false
+  register: gpu_read
+
+- name: Check every GPU node against the GPUs read on its host
   gpufleet.gpu_operator.gpu_node_validate:
-    nodes: "{{ groups['gpu_nodes'] | map('community.general.dict_kv', 'name') | list }}"
+    nodes: >-
+      {{ ansible_play_hosts | gpufleet.gpu_operator.hardware_by_node(hostvars, 'gpu_read')
+         | dict2items(key_name='name', value_name='hardware') }}
   delegate_to: localhost
   run_once: true
   register: gpu_validate_nodes
 
 - name: Check every GPU node against the hardware as dcgm-exporter reports it
   gpufleet.gpu_operator.gpu_node_validate:
-    nodes: "{{ groups['gpu_nodes'] | map('community.general.dict_kv', 'name') | list }}"
+    nodes: >-
+      {% set found = namespace(nodes=[]) %}{% for node in groups['gpu_nodes'] | gpufleet.gpu_operator.gpu_node_names(hostvars) %}{%
+      set found.nodes = found.nodes + [{'name': node}] %}{% endfor %}{{ found.nodes }}
     hardware_source: dcgm
     prometheus_url: http://prometheus.monitoring:9090
   delegate_to: localhost

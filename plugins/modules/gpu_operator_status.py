@@ -54,7 +54,7 @@ EXAMPLES = r"""
 - name: Wait up to ten minutes for the GPU Operator
   gpufleet.gpu_operator.gpu_operator_status:
     kubeconfig: ~/.kube/config
-    nodes: "{{ groups['gpu_nodes'] }}"
+    nodes: "{{ groups['gpu_nodes'] | gpufleet.gpu_operator.gpu_node_names(hostvars) | list }}"
     wait: true
     timeout: 600
   delegate_to: localhost

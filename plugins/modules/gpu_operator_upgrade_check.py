@@ -47,7 +47,7 @@ author:
 EXAMPLES = r"""
 - name: Refuse the upgrade while MIG changes run
   gpufleet.gpu_operator.gpu_operator_upgrade_check:
-    nodes: "{{ groups['gpu_nodes'] }}"
+    nodes: "{{ groups['gpu_nodes'] | gpufleet.gpu_operator.gpu_node_names(hostvars) | list }}"
   delegate_to: localhost
   run_once: true
 """

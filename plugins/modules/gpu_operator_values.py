@@ -119,10 +119,10 @@ author:
 EXAMPLES = r"""
 - name: Validate settings and render values before installing anything
   gpufleet.gpu_operator.gpu_operator_values:
-    mig_strategy: mixed
-    driver_enabled: false
-    mig_config: "{{ gpu_operator_mig_config }}"
-    gpu_models: ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"]
+    mig_strategy: "{{ gpu_operator_mig_strategy }}"
+    driver_enabled: "{{ gpu_operator_driver_enabled }}"
+    mig_config: "{{ gpu_operator_mig_config | default(omit) }}"
+    gpu_models: "{{ groups['gpu_nodes'] | map('extract', hostvars, 'gpu_model') | unique | list }}"
   register: gpu_operator_rendered
 """
 

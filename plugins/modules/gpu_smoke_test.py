@@ -77,11 +77,11 @@ EXAMPLES = r"""
 - name: Smoke-test every advertised resource of two nodes
   gpufleet.gpu_operator.gpu_smoke_test:
     targets:
-      - node: gpu-a
-        resources: [nvidia.com/gpu]
-      - node: gpu-b
+      - node: gpu-node-01
         resources: [nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb]
         product: NVIDIA-H100-80GB-HBM3
+      - node: gpu-node-02
+        resources: [nvidia.com/gpu]
     strategy: mixed
   delegate_to: localhost
   run_once: true

@@ -64,9 +64,9 @@ EXAMPLES = r"""
     config_name: all-balanced
   become: true
 
-- name: A custom layout on every GPU
+- name: A custom layout on every GPU of an H100 80GB host
   gpufleet.gpu_operator.mig_apply:
-    mig_devices: {"3g.71gb": 1, "2g.35gb": 1, "1g.18gb": 2}
+    mig_devices: {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
   become: true
   register: mig
 

@@ -86,18 +86,30 @@ EXAMPLES = r"""
     mig_devices: {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}
   delegate_to: localhost
 
+- name: Read the host's GPUs
+  gpufleet.gpu_operator.gpu_info:
+  register: gpu
+
 - name: Plan all-balanced from live facts
   gpufleet.gpu_operator.mig_plan:
     gpu_info: "{{ gpu }}"
     config_name: all-balanced
     strategy: mixed
 
+- name: Read the host's Kubernetes node (its GFD labels)
+  kubernetes.core.k8s_info:
+    kind: Node
+    name: "{{ gpu_node_name }}"
+  delegate_to: localhost
+  register: node
+
+# gpu_operator_mig_config: the custom mig-parted config of group_vars/gpu_nodes.yml (inventories/example).
 - name: Validate a custom config from the controller before labelling nodes
   gpufleet.gpu_operator.mig_plan:
-    node_labels: "{{ node.metadata.labels }}"
-    config_name: inference
-    config: "{{ lookup('ansible.builtin.file', 'mig-config.yaml') }}"
-    config_source: mig-config.yaml
+    node_labels: "{{ node.resources[0].metadata.labels }}"
+    config_name: inference-small
+    config: "{{ gpu_operator_mig_config }}"
+    config_source: gpu_operator_mig_config in group_vars/gpu_nodes.yml
   delegate_to: localhost
 """
 

@@ -247,42 +247,50 @@ attributes:
 """
 
 EXAMPLES = r"""
+# Kubernetes node names are the GPU hosts' gpu_node_name (gpu_node_names falls back to the host name).
 - name: Plan all-balanced on every GPU node of the play
   gpufleet.gpu_operator.mig_rollout:
-    nodes: "{{ ansible_play_hosts_all }}"
+    nodes: "{{ ansible_play_hosts_all | gpufleet.gpu_operator.gpu_node_names(hostvars) | list }}"
     config: all-balanced
     phase: plan
   run_once: true
   delegate_to: localhost
   register: mig_plan
 
-- name: Reconfigure the rest, two nodes at a time
+- name: Reconfigure two nodes, one at a time
   gpufleet.gpu_operator.mig_rollout:
-    nodes: [gpu-node-3, gpu-node-4, gpu-node-5, gpu-node-6]
+    nodes: [gpu-node-01, gpu-node-02]
     config: all-balanced
-    max_unavailable: 2
-    lock: {holder: "rollout-42", take: true, release: true, description: "all-balanced on 4 nodes"}
+    max_unavailable: 1
+    lock: {holder: "rollout-42", take: true, release: true, description: "all-balanced on 2 nodes"}
+  run_once: true
+  delegate_to: localhost
 
 - name: Reconfigure a node and keep it cordoned for a hardware check
   gpufleet.gpu_operator.mig_rollout:
-    nodes: [gpu-node-7]
+    nodes: [gpu-node-02]
     config: all-balanced
     hold_cordon: true
+  run_once: true
+  delegate_to: localhost
   register: held
 
-- name: Read the GPUs on the node
+- name: Read the GPUs on the node's host
   gpufleet.gpu_operator.gpu_info:
     processes: false
-  delegate_to: gpu-node-7
-  register: node7_gpus
+  run_once: true
+  delegate_to: gpu-node-02.example.com
+  register: node02_gpus
 
 - name: Compare the hardware with the target, then uncordon
   gpufleet.gpu_operator.mig_rollout:
     phase: release
-    nodes: [gpu-node-7]
+    nodes: [gpu-node-02]
     config: all-balanced
     rows: "{{ held.rows }}"
-    hardware: {gpu-node-7: {gpus: "{{ node7_gpus.gpus }}"}}
+    hardware: {gpu-node-02: {gpus: "{{ node02_gpus.gpus }}"}}
+  run_once: true
+  delegate_to: localhost
 """
 
 RETURN = r"""

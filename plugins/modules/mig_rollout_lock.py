@@ -61,17 +61,24 @@ author:
 """
 
 EXAMPLES = r"""
+- name: Name this run (a holder unique per run)
+  ansible.builtin.set_fact:
+    rollout_holder: "mig-rollout-{{ now(utc=true, fmt='%Y%m%dT%H%M%S') }}-{{ 999999999 | random }}"
+  run_once: true
+
 - name: Refuse to start while another MIG rollout runs
   gpufleet.gpu_operator.mig_rollout_lock:
-    holder: "{{ inventory_hostname }}-{{ run_id }}"
-    description: "all-balanced on 12 nodes"
+    holder: "{{ rollout_holder }}"
+    description: "all-balanced on 2 nodes"
   delegate_to: localhost
   run_once: true
 
 - name: Release it
   gpufleet.gpu_operator.mig_rollout_lock:
-    holder: "{{ inventory_hostname }}-{{ run_id }}"
+    holder: "{{ rollout_holder }}"
     state: absent
+  delegate_to: localhost
+  run_once: true
 """
 
 RETURN = r"""

@@ -74,22 +74,26 @@ author:
 """
 
 EXAMPLES = r"""
+# In a play on the GPU hosts: each host's Kubernetes node is its gpu_node_name, the API is called from the controller.
 - name: Is all-balanced valid for this node?
   gpufleet.gpu_operator.node_mig_config:
-    name: gpu-node-1
+    name: "{{ gpu_node_name }}"
     config: all-balanced
     action: preflight
+  delegate_to: localhost
 
 - name: Apply it (after gpufleet.gpu_operator.gpu_drain)
   gpufleet.gpu_operator.node_mig_config:
-    name: gpu-node-1
+    name: "{{ gpu_node_name }}"
     config: all-balanced
     timeout: 600
+  delegate_to: localhost
 
 - name: Un-wedge a node stuck in pending
   gpufleet.gpu_operator.node_mig_config:
-    name: gpu-node-1
+    name: "{{ gpu_node_name }}"
     action: unwedge
+  delegate_to: localhost
 """
 
 RETURN = r"""

@@ -49,3 +49,72 @@ def test_dependencies_have_upper_bounds_and_real_urls():
     assert "2.22.0" not in claimed and "2.18.99" not in claimed
     for minor in minors:  # ansible-test reads the ignore file of its own version
         assert (ROOT / "tests" / "sanity" / ("ignore-%s.txt" % minor)).is_file(), minor
+
+
+def requirement_lines(relpath):
+    """The requirement lines of a pip requirements file, comments and blank lines left out."""
+    lines = (line.split("#", 1)[0].strip() for line in (ROOT / relpath).read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def range_problems(lines):
+    """Lines of a declared requirements file that are not a range with both bounds (a pin, or an open end)."""
+    from packaging.requirements import Requirement
+
+    problems = []
+    for line in lines:
+        operators = set(spec.operator for spec in Requirement(line).specifier)
+        if operators & {"==", "==="} or not operators & {">=", ">", "~="} or not operators & {"<", "<=", "~="}:
+            problems.append(line)
+    return problems
+
+
+def test_range_check_refuses_pins_and_open_ends():
+    assert range_problems(["kubernetes==37.0.2", "a>=1", "b<2", "c", "d>=1,<2", "e~=1.2", "f===1"]) == [
+        "kubernetes==37.0.2", "a>=1", "b<2", "c", "f===1"]
+
+
+def test_declared_python_requirements_are_ranges_holding_the_tested_pins():
+    """What a collection declares (requirements/runtime.txt, and meta/ee-requirements.txt that ansible-builder reads
+    through meta/execution-environment.yml) are ranges; the exact versions the venvs use are constraints inside them."""
+    from packaging.requirements import Requirement
+
+    runtime = requirement_lines("requirements/runtime.txt")
+    assert runtime == requirement_lines("meta/ee-requirements.txt")
+    assert not range_problems(runtime), range_problems(runtime)
+    ee_meta = yaml.safe_load((ROOT / "meta" / "execution-environment.yml").read_text())
+    assert ee_meta["dependencies"]["python"] == "meta/ee-requirements.txt"
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    assert not {"meta", "meta/ee-requirements.txt", "meta/ee-bindep.txt"} & set(galaxy["build_ignore"])
+    declared = dict((Requirement(line).name.lower(), Requirement(line).specifier) for line in runtime)
+    pins = [Requirement(line) for line in requirement_lines("requirements/constraints.txt")]
+    assert {"kubernetes", "nvidia-ml-py"} <= set(pin.name.lower() for pin in pins)
+    for pin in pins:
+        version = next(iter(pin.specifier)).version
+        assert version in declared[pin.name.lower()], "%s is outside %s%s" % (pin, pin.name, declared[pin.name.lower()])
+
+
+def test_execution_environment_installs_a_supported_ansible_core():
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    definition = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
+    wanted = Requirement(definition["dependencies"]["ansible_core"]["package_pip"])
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    assert wanted.name == "ansible-core"
+    assert wanted.specifier == SpecifierSet(runtime["requires_ansible"]), wanted
+
+
+def test_changelog_records_the_galaxy_version_and_ships():
+    """galaxy.yml's version is a release of changelogs/changelog.yaml (antsibull-changelog), CHANGELOG.rst shows it, and
+    the build keeps both."""
+    import fnmatch
+
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    changes = yaml.safe_load((ROOT / "changelogs" / "changelog.yaml").read_text())
+    assert galaxy["version"] in changes["releases"], sorted(changes["releases"])
+    release = changes["releases"][galaxy["version"]]
+    assert release["changes"].get("release_summary") and release.get("release_date")
+    assert "v%s\n" % galaxy["version"] in (ROOT / "CHANGELOG.rst").read_text()
+    for path in ("CHANGELOG.rst", "changelogs/changelog.yaml", "changelogs/config.yaml"):
+        assert not [p for p in galaxy["build_ignore"] if fnmatch.fnmatch(path, p) or path.startswith(p + "/")], path
