@@ -208,7 +208,9 @@ def test_unreachable_api_fails_naming_the_source(testbed, tmp_path):
     source = write_source(tmp_path, "broken.gpu_nodes.yml", kubeconfig=str(tmp_path / "missing-kubeconfig"))
     proc = run_inventory(testbed, source, "--graph", "-vvv", check=False)
     output = proc.stdout + proc.stderr
-    assert "cannot load kubeconfig" in output and "broken.gpu_nodes.yml" in output
+    # The path named (never masked), with the source that names it.
+    assert "kubeconfig %s does not exist" % (tmp_path / "missing-kubeconfig") in output, output
+    assert "broken.gpu_nodes.yml" in output
 
 
 def parse_graph(text):
