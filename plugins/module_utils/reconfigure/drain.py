@@ -187,6 +187,7 @@ def uncordon_patch(node):
 # our write; the node's status heartbeats do not change the object's spec, but do change its resourceVersion).
 CONFLICT_RETRIES = 5
 
+
 class NodeDrainer(object):
     """Drain one node through ``KubeOps``; every method returns plain data for module results."""
 

@@ -233,9 +233,9 @@ class LeaseRenewer(object):
             return self.error
         lapsed = self.lapsed_s()
         if lapsed > 0:
-            return "rollout lock %s/%s not renewed for %.0fs, past its duration of %ss (the API server unreachable?): " \
-                "another rollout may take it" % (self.lock.namespace, self.lock.name, lapsed + self.lock.duration_s,
-                                                  self.lock.duration_s)
+            return ("rollout lock %s/%s not renewed for %.0fs, past its duration of %ss (the API server unreachable?): "
+                    "another rollout may take it" % (self.lock.namespace, self.lock.name,
+                                                     lapsed + self.lock.duration_s, self.lock.duration_s))
         return None
 
     def __enter__(self):

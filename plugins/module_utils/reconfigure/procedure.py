@@ -123,7 +123,8 @@ def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, 
     except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         keep_evictions(row, drainer)
         return unreachable(row, where["stage"], exc, ctx, ops, node_name, started)
-    except Exception as exc:  # pylint: disable=broad-exception-caught  # any other error is this node's failed row
+    # any other error is this node's failed row (duplicate-except: pylint cannot see WATCH_CONNECTION_ERRORS's classes)
+    except Exception as exc:  # pylint: disable=broad-exception-caught,duplicate-except
         keep_evictions(row, drainer)
         return unexpected(row, where["stage"], exc, ctx, ops, node_name, started)
 

@@ -18,8 +18,8 @@ CHECK_ACCOUNT = "gpufleet-rbac-check"
 def narrowed_kubeconfig(testbed):
     """rbac/mig-reconfigure.yaml with its ServiceAccount, roles and bindings renamed, so that it binds a second
     account exactly as the file binds the first."""
-    text = RBAC_FILE.read_text().replace(SA_NAME, CHECK_ACCOUNT).replace("gpufleet-mig-reconfigure",
-                                                                          "gpufleet-rbac-check-mig-reconfigure")
+    text = RBAC_FILE.read_text().replace(SA_NAME, CHECK_ACCOUNT)
+    text = text.replace("gpufleet-mig-reconfigure", "gpufleet-rbac-check-mig-reconfigure")
     testbed.kubectl("create", "namespace", SA_NAMESPACE, check=False)
     testbed.kubectl("apply", "-f", "-", input=text)
     return testbed.serviceaccount_kubeconfig(SA_NAMESPACE, CHECK_ACCOUNT)
