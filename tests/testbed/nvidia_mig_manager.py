@@ -42,7 +42,8 @@ BUS_SOCKET = "run/dbus/system_bus_socket"  # under the host root (mig-parted pkg
 PCI_CLASS_3D_CONTROLLER = "0x030200"
 NVIDIA_MODULE_LINE = "nvidia 16384 0 - Live 0x0000000000000000\n"
 
-# Mount-namespace setup; argv: root work binaries-dir bind-dirs... -- command argv.
+# Mount-namespace setup; argv: root work binaries-dir binds... -- command argv. A bind is a host path (mounted at the
+# same path) or SOURCE=TARGET (a pod volume: a directory kubelet would mount at the container's mountPath).
 NAMESPACE_SCRIPT = r"""
 set -eu
 root=$1; work=$2; bins=$3; shift 3
@@ -72,7 +73,10 @@ cp "$work/proc-modules" "$root/proc/modules"
 mount --bind "$work/pci-devices" "$root/sys/bus/pci/devices"
 mkdir -p "$root/host"
 mount --bind "$work/host" "$root/host"
-for d in $binds; do mkdir -p "$root$d"; mount --bind "$d" "$root$d"; done
+for b in $binds; do
+  src=${b%%=*}; dst=${b#*=}
+  mkdir -p "$root$dst"; mount --bind "$src" "$root$dst"
+done
 cd /
 exec /usr/sbin/chroot "$root" "$@"
 """
@@ -120,7 +124,7 @@ class NvidiaMigManager:
     """One node's nvidia-mig-manager process and its fake systemd, started and stopped together."""
 
     def __init__(self, node, state_path, work_dir, kubeconfig, nvml_lib_dir, namespace="gpu-operator", env=None,
-                 pod_name=None, extra_binds=()):
+                 pod_name=None, extra_binds=(), volumes=(), log_path=None):
         self.node = node
         self.state_path = Path(state_path).resolve()
         self.work = Path(work_dir).resolve()
@@ -130,9 +134,10 @@ class NvidiaMigManager:
         self.env = dict(env or {})
         self.pod_name = pod_name
         self.extra_binds = [str(Path(b).resolve()) for b in extra_binds]
+        self.volumes = [(str(Path(src).resolve()), dst) for src, dst in volumes]  # (host dir, container mountPath)
         self.proc = None
         self.systemd = None
-        self.log_path = self.work / "mig-manager.log"
+        self.log_path = Path(log_path) if log_path else self.work / "mig-manager.log"
 
     # -- files -----------------------------------------------------------------------------
     def prepare(self):
@@ -157,6 +162,7 @@ class NvidiaMigManager:
         bins = binary("nvidia-mig-manager").parent
         binds = sorted({str(self.work), str(self.state_path.parent), str(self.nvml_lib_dir), str(bins),
                         str(REPO_ROOT), *self.extra_binds})
+        binds += ["%s=%s" % (src, dst) for src, dst in self.volumes]
         return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", NAMESPACE_SCRIPT,
                 "gpufleet-mig-manager-ns", str(self.work / "root"), str(self.work), str(bins), *binds, "--",
                 "/usr/bin/nvidia-mig-manager"]
