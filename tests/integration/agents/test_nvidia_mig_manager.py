@@ -1,0 +1,65 @@
+"""NVIDIA's own nvidia-mig-manager (mig-parted v0.15.0, built from NVIDIA's release source) on a simulated node.
+
+The node is made with ``mig_manager="nvidia"``: the agents run NVIDIA's process for it while its mig-manager pod runs
+(tests/testbed/agents/nvidia_mig.py, tests/testbed/nvidia_mig_manager.py), against the testbed's API server and the
+simulated NVML; only the host's OS boundary is faked (docs/testbed.md, "NVIDIA's MIG Manager"). The rest of the stack
+is the session's: NVIDIA's controller and chart, the simulated GFD, device plugin and dcgm-exporter.
+"""
+
+import pytest
+
+from tests.integration.agents.test_protocol import (CONFIG, DP, OPERANDS, PAUSED, STATE, gpu_instances, in_order,
+                                                    label_history, mig_modes)
+from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES
+
+H100 = "H100-80GB-HBM3"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def chart_values(gpu_cluster):
+    """This module's chart values, re-applied in case tests of other parts changed the release."""
+    gpu_cluster.install_chart(GPU_CLUSTER_VALUES)
+
+
+def nvidia_node(gpu_cluster, add_gpu_node, hint, model=H100, count=1):
+    """A node whose MIG Manager is NVIDIA's process, after its first run (the operator's default all-disabled)."""
+    name = add_gpu_node(hint, model, count, mig_manager="nvidia")
+    gpu_cluster.wait_labels(name, {CONFIG: "all-disabled", STATE: "success"}, timeout=180)
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 90,
+                                 "operand pods %s on %s" % (OPERANDS, name))
+    return name
+
+
+def test_nvidias_mig_manager_switches_the_node_through_the_label(gpu_cluster, add_gpu_node):
+    name = nvidia_node(gpu_cluster, add_gpu_node, "nvmig")
+    log = gpu_cluster.mig_manager_log(name)
+    # NVIDIA's process, not the simulator: its own log lines, its own mig-parted output
+    assert "Updating to MIG config: all-disabled" in log, log[-3000:]
+    assert "Selected MIG config is already applied" in log, log[-3000:]
+
+    with label_history(gpu_cluster.testbed, name) as seen:
+        gpu_cluster.label(name, CONFIG, "all-1g.10gb")
+        labels = gpu_cluster.wait_labels(name, {STATE: "success", DP: "true", "nvidia.com/mig-1g.10gb.count": "7"},
+                                         timeout=180)
+    # pending, operands paused, operands restored, then success (mig-parted pkg/mig/reconfigure Run)
+    assert in_order(seen, [("pending", "true"), ("pending", PAUSED), ("pending", "true"), ("success", "true")]), seen
+    assert labels["nvidia.com/mig-1g.10gb.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    assert gpu_instances(gpu_cluster, name) == ["1g.10gb"] * 7
+    assert mig_modes(gpu_cluster, name) == [(1, 1)]
+    log = gpu_cluster.mig_manager_log(name)
+    assert "Successfully updated to MIG config: all-1g.10gb" in log, log[-3000:]
+    assert "MIG configuration applied successfully" in log, log[-3000:]  # nvidia-mig-parted's own output
+
+    def advertised():
+        alloc = gpu_cluster.allocatable(name)
+        return alloc if alloc.get("nvidia.com/mig-1g.10gb") == "7" else None
+    gpu_cluster.testbed.wait_for(advertised, 60, "MIG resources advertised")
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 90, "operands back")
+
+    # and back: a MIG mode change (disable), applied by NVIDIA's process through the simulated NVML
+    with label_history(gpu_cluster.testbed, name) as seen:
+        gpu_cluster.label(name, CONFIG, "all-disabled")
+        gpu_cluster.wait_labels(name, {STATE: "success", DP: "true"}, timeout=180)
+    assert in_order(seen, [("pending", "true"), ("pending", PAUSED), ("success", "true")]), seen
+    assert gpu_instances(gpu_cluster, name) == []
+    assert mig_modes(gpu_cluster, name) == [(0, 0)]
