@@ -222,12 +222,13 @@ class GpuAgents:
             "nvidia.com", "v1", "clusterpolicies", "cluster-policy", {"spec": spec})
 
     # -- chart -----------------------------------------------------------------------------
-    def install_chart(self, values=None, timeout=180):
-        """helm upgrade --install of NVIDIA's chart from the module (no --wait: the operator Deployment needs a node).
+    def install_chart(self, values=None, timeout=180, release=None):
+        """helm upgrade --install of NVIDIA's chart (no --wait: the operator Deployment needs a node).
 
-        Values: TESTBED_CHART_VALUES (nfd off), then ``values``.
+        release: which testbed build's chart (tests/testbed/operator.py RELEASES; default DEFAULT_RELEASE, the module's
+        v25.3.4). Values: TESTBED_CHART_VALUES (nfd off), then ``values``.
         """
-        args = ["upgrade", "--install", RELEASE, str(real_operator.chart_dir()), "--namespace", self.namespace,
+        args = ["upgrade", "--install", RELEASE, str(real_operator.chart_dir(release)), "--namespace", self.namespace,
                 "--create-namespace", "--timeout", "%ds" % timeout, "--values", "-"]
         merged = json.loads(json.dumps(real_operator.TESTBED_CHART_VALUES))
         merged.update(values or {})

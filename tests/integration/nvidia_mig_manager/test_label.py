@@ -1,37 +1,29 @@
 """NVIDIA's own nvidia-mig-manager (mig-parted v0.15.0, built from NVIDIA's release source) on a simulated node.
 
-The node is made with ``mig_manager="nvidia"``: the agents run NVIDIA's process for it while its mig-manager pod runs
-(tests/testbed/agents/nvidia_mig.py, tests/testbed/nvidia_mig_manager.py), against the testbed's API server and the
-simulated NVML; only the host's OS boundary is faked (docs/testbed.md, "NVIDIA's MIG Manager"). The rest of the stack
-is the session's: NVIDIA's controller and chart, the simulated GFD, device plugin and dcgm-exporter.
+The agents run NVIDIA's process for the node while its mig-manager pod runs (tests/testbed/agents/nvidia_mig.py,
+tests/testbed/nvidia_mig_manager.py), against the testbed's API server and the simulated NVML; only the host's OS
+boundary is faked (docs/testbed.md, "NVIDIA's MIG Manager"). The rest: NVIDIA's v26.7.0 controller and chart (conftest.py
+says why not the session's v25.3.4), the simulated GFD (NVIDIA's binary), device plugin and dcgm-exporter.
 """
-
-import pytest
 
 from tests.integration.agents.test_protocol import (CONFIG, DP, OPERANDS, PAUSED, STATE, gpu_instances, in_order,
                                                     label_history, mig_modes)
-from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES
 
 H100 = "H100-80GB-HBM3"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def chart_values(gpu_cluster):
-    """This module's chart values, re-applied in case tests of other parts changed the release."""
-    gpu_cluster.install_chart(GPU_CLUSTER_VALUES)
-
-
 def nvidia_node(gpu_cluster, add_gpu_node, hint, model=H100, count=1):
     """A node whose MIG Manager is NVIDIA's process, after its first run (the operator's default all-disabled)."""
-    name = add_gpu_node(hint, model, count, mig_manager="nvidia")
+    name = add_gpu_node(hint, model, count)
     gpu_cluster.wait_labels(name, {CONFIG: "all-disabled", STATE: "success"}, timeout=180)
     gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 90,
                                  "operand pods %s on %s" % (OPERANDS, name))
     return name
 
 
-def test_nvidias_mig_manager_switches_the_node_through_the_label(gpu_cluster, add_gpu_node):
-    name = nvidia_node(gpu_cluster, add_gpu_node, "nvmig")
+def test_nvidias_mig_manager_switches_the_node_through_the_label(nvidia_cluster, add_nvidia_node):
+    gpu_cluster = nvidia_cluster
+    name = nvidia_node(gpu_cluster, add_nvidia_node, "nvmig")
     log = gpu_cluster.mig_manager_log(name)
     # NVIDIA's process, not the simulator: its own log lines, its own mig-parted output
     assert "Updating to MIG config: all-disabled" in log, log[-3000:]
