@@ -454,7 +454,10 @@ class Server:
         if self.socket_path.exists():
             self.socket_path.unlink()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(str(self.socket_path))
+        # Bound by its name from its own directory: a socket address holds at most 107 bytes, less than a pytest tmp
+        # path with the node's work dir. Clients reach it by a short path (/host/run/dbus/... in the namespace).
+        os.chdir(self.socket_path.parent)
+        sock.bind(self.socket_path.name)
         sock.listen(16)
         while True:
             client, _ = sock.accept()
@@ -475,7 +478,7 @@ def main(argv=None):
     if not units.exists():
         units.write_text(json.dumps({"kubelet.service": {"ActiveState": "active", "UnitFileState": "enabled",
                                                          "Type": "notify"}}, indent=1))
-    server = Server(args.socket, Systemd(units, args.on_change))
+    server = Server(Path(args.socket).resolve(), Systemd(units.resolve(), args.on_change))
     sys.stdout.write("systemd D-Bus endpoint at %s\n" % args.socket)
     sys.stdout.flush()
     server.serve()
