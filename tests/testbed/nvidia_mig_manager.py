@@ -40,6 +40,8 @@ FAKEHOST_BIN = REPO_ROOT / "tests" / "testbed" / "fakehost" / "bin"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BUS_SOCKET = "run/dbus/system_bus_socket"  # under the host root (mig-parted pkg/mig/reconfigure New)
 PCI_CLASS_3D_CONTROLLER = "0x030200"
+DRIVER_ROOT = "run/nvidia/driver"  # where the driver container publishes its root on the host (the validator's default)
+LIB_DIR = "usr/lib/x86_64-linux-gnu"
 NVIDIA_MODULE_LINE = "nvidia 16384 0 - Live 0x0000000000000000\n"
 
 # Mount-namespace setup; argv: root work binaries-dir binds... -- command argv. A bind is a host path (mounted at the
@@ -80,6 +82,21 @@ done
 cd /
 exec /usr/sbin/chroot "$root" "$@"
 """
+
+
+def driver_ready_env(host_driver):
+    """What NVIDIA's validator writes into /run/nvidia/validations/driver-ready, which the operator's mig-manager
+    entrypoint exports (GPU Operator v26.7.0 cmd/nvidia-validator driver.go getDriverInfo, main.go): with the driver on
+    the host, every root is the host's; with the driver container, its root /run/nvidia/driver (a dev root: it has
+    /dev) at /driver-root. The entrypoint adds WITH_SHUTDOWN_HOST_GPU_CLIENTS=$IS_HOST_DRIVER."""
+    if host_driver:
+        env = {"IS_HOST_DRIVER": "true", "NVIDIA_DRIVER_ROOT": "/", "DRIVER_ROOT_CTR_PATH": "/host",
+               "NVIDIA_DEV_ROOT": "/", "DEV_ROOT_CTR_PATH": "/host"}
+    else:
+        env = {"IS_HOST_DRIVER": "false", "NVIDIA_DRIVER_ROOT": "/" + DRIVER_ROOT, "DRIVER_ROOT_CTR_PATH": "/driver-root",
+               "NVIDIA_DEV_ROOT": "/" + DRIVER_ROOT, "DEV_ROOT_CTR_PATH": "/driver-root"}
+    env["WITH_SHUTDOWN_HOST_GPU_CLIENTS"] = env["IS_HOST_DRIVER"]
+    return env
 
 
 def binary(program):
@@ -124,7 +141,7 @@ class NvidiaMigManager:
     """One node's nvidia-mig-manager process and its fake systemd, started and stopped together."""
 
     def __init__(self, node, state_path, work_dir, kubeconfig, nvml_lib_dir, namespace="gpu-operator", env=None,
-                 pod_name=None, extra_binds=(), volumes=(), log_path=None):
+                 pod_name=None, extra_binds=(), volumes=(), log_path=None, host_driver=False):
         self.node = node
         self.state_path = Path(state_path).resolve()
         self.work = Path(work_dir).resolve()
@@ -138,6 +155,7 @@ class NvidiaMigManager:
         self.proc = None
         self.systemd = None
         self.log_path = Path(log_path) if log_path else self.work / "mig-manager.log"
+        self.host_driver = host_driver
 
     # -- files -----------------------------------------------------------------------------
     def prepare(self):
@@ -146,8 +164,22 @@ class NvidiaMigManager:
         (self.work / "host" / "run" / "dbus").mkdir(parents=True, exist_ok=True)
         (self.work / "root").mkdir(parents=True, exist_ok=True)
         (self.work / "proc-modules").write_text(NVIDIA_MODULE_LINE)
+        self.driver_files()
         write_pci_devices(self.state_path, self.work / "pci-devices")
         flatten_kubeconfig(self.kubeconfig, self.work / "kubeconfig")
+
+    def driver_files(self):
+        """The driver's files on the simulated host, where NVIDIA's programs look for them: nvidia-smi (the stand-in)
+        and libnvidia-ml.so.1 (the simulated one), under the host root or the driver container's root, and its /dev."""
+        root = self.work / "host" / ("" if self.host_driver else DRIVER_ROOT)
+        for rel, target in (("usr/bin/nvidia-smi", FAKEHOST_BIN / "nvidia-smi"),
+                            (LIB_DIR + "/libnvidia-ml.so.1", self.nvml_lib_dir / "libnvidia-ml.so.1")):
+            link = root / rel
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(target)
+        (root / "dev").mkdir(parents=True, exist_ok=True)
 
     def environment(self):
         env = {"PATH": "%s:%s" % (FAKEHOST_BIN, SYSTEM_PATH), "HOME": "/root", "KUBECONFIG": str(self.work / "kubeconfig"),

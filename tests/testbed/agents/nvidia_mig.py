@@ -30,7 +30,7 @@ from kubernetes import client
 
 from tests.testbed.agents.kube import LOG, ignore_missing
 from tests.testbed.gpusim.simhost import library_dir
-from tests.testbed.nvidia_mig_manager import NvidiaMigManager
+from tests.testbed.nvidia_mig_manager import NvidiaMigManager, driver_ready_env
 from tests.testbed.operator import flatten_kubeconfig
 
 MODE_ANNOTATION = "gpusim.gpufleet.io/mig-manager"
@@ -135,15 +135,16 @@ class NvidiaMigManagers:
             return
         entry.waiting = None
         env = pod_env(pod, container, name)
-        # The operator's entrypoint (assets state-mig-manager/0420_configmap.yaml) exports this from driver-ready.
+        # The operator's entrypoint (assets state-mig-manager/0420_configmap.yaml) exports the validator's driver-ready
+        # file, and WITH_SHUTDOWN_HOST_GPU_CLIENTS=$IS_HOST_DRIVER.
         host_driver = self.agents.host_driver(node)
-        env["WITH_SHUTDOWN_HOST_GPU_CLIENTS"] = "true" if host_driver else "false"
+        env.update(driver_ready_env(host_driver))
         kubeconfig = self.pod_kubeconfig(pod, work)
         lib_dir = self.agents.nvml_lib_dir or library_dir(build=True)
         entry.manager = NvidiaMigManager(
             name, state_path, work, kubeconfig, lib_dir, namespace=pod["metadata"]["namespace"],
             env=env, pod_name=pod["metadata"]["name"], volumes=volumes,
-            log_path=self.agents.log_path(name, "mig-manager")).start()
+            log_path=self.agents.log_path(name, "mig-manager"), host_driver=host_driver).start()
         LOG.info("[%s] nvidia-mig-manager started for pod %s (pid %d)", name, pod["metadata"]["name"],
                  entry.manager.proc.pid)
 
@@ -160,12 +161,19 @@ class NvidiaMigManagers:
 
     # -- what kubelet prepares for the container ---------------------------------------------
     def volumes(self, name, pod, container, work):
-        """[(host dir, mountPath)] of the container's ConfigMap volumes, written into work/volumes/<volume>; None
-        when a ConfigMap is missing (the pod stays in ContainerCreating)."""
+        """[(host dir, mountPath)] of the container's volumes: ConfigMaps written into work/volumes/<volume>, hostPaths
+        as the same path under the simulated host root (work/host; `/` and `/sys` are the runner's own /host and
+        fake sysfs); None when a ConfigMap is missing (the pod stays in ContainerCreating)."""
         by_name = {v["name"]: v for v in (pod.get("spec") or {}).get("volumes") or []}
         out = []
         for mount in container.get("volumeMounts") or []:
             volume = by_name.get(mount["name"]) or {}
+            host_path = (volume.get("hostPath") or {}).get("path")
+            if host_path and not mount.get("subPath") and host_path.rstrip("/") not in ("", "/sys"):
+                target = work / "host" / host_path.strip("/")
+                target.mkdir(parents=True, exist_ok=True)  # DirectoryOrCreate
+                out.append((target, mount["mountPath"]))
+                continue
             source = volume.get("configMap")
             if source is None or mount.get("subPath"):
                 continue  # host paths and the entrypoint script (subPath): nothing the process reads
