@@ -6,6 +6,8 @@ boundary is faked (docs/testbed.md, "NVIDIA's MIG Manager"). The rest: NVIDIA's 
 says why not the session's v25.3.4), the simulated GFD (NVIDIA's binary), device plugin and dcgm-exporter.
 """
 
+import yaml
+
 from tests.integration.agents.test_protocol import (CONFIG, DP, OPERANDS, PAUSED, STATE, gpu_instances, in_order,
                                                     label_history, mig_modes)
 
@@ -51,7 +53,42 @@ def test_nvidias_mig_manager_switches_the_node_through_the_label(nvidia_cluster,
     # and back: a MIG mode change (disable), applied by NVIDIA's process through the simulated NVML
     with label_history(gpu_cluster.testbed, name) as seen:
         gpu_cluster.label(name, CONFIG, "all-disabled")
-        gpu_cluster.wait_labels(name, {STATE: "success", DP: "true"}, timeout=180)
-    assert in_order(seen, [("pending", "true"), ("pending", PAUSED), ("success", "true")]), seen
+        gpu_cluster.testbed.wait_for(lambda: mig_modes(gpu_cluster, name) == [(0, 0)], 180, "MIG mode disabled")
+        gpu_cluster.wait_labels(name, {STATE: "success", DP: "true", "nvidia.com/mig-1g.10gb.count": None}, timeout=180)
+    assert in_order(seen, [("pending", "true"), ("pending", PAUSED), ("pending", "true"), ("success", "true")]), seen
     assert gpu_instances(gpu_cluster, name) == []
-    assert mig_modes(gpu_cluster, name) == [(0, 0)]
+
+
+def test_nvidias_mig_manager_publishes_its_generated_config_and_a_cdi_spec(nvidia_cluster, add_nvidia_node):
+    """v26.7.0 gives mig-manager no config file: it generates one from the (simulated) hardware and publishes it as
+    ConfigMap <node>-mig-config owned by its pod; CDI is on, so after an apply it runs nvidia-smi and nvidia-ctk and
+    writes the management CDI spec into the host's /var/run/cdi (here the simulated host root, fakehost/bin/nvidia-ctk)."""
+    name = nvidia_node(nvidia_cluster, add_nvidia_node, "nvcfg")
+    testbed = nvidia_cluster.testbed
+    cm = testbed.wait_for(lambda: ignore_404(testbed.core.read_namespaced_config_map, "%s-mig-config" % name,
+                                             nvidia_cluster.namespace), 60, "ConfigMap %s-mig-config" % name)
+    config = yaml.safe_load(cm.data["config.yaml"])
+    assert config["mig-configs"]["all-1g.10gb"] == [{"devices": "all", "mig-enabled": True,
+                                                     "mig-devices": {"1g.10gb": 7}}], config["mig-configs"].keys()
+    pod = [p for p in testbed.core.list_namespaced_pod(nvidia_cluster.namespace, label_selector="app=nvidia-mig-manager",
+                                                       field_selector="spec.nodeName=%s" % name).items]
+    assert [(o.kind, o.name) for o in cm.metadata.owner_references] == [("Pod", pod[0].metadata.name)]
+
+    nvidia_cluster.label(name, CONFIG, "all-3g.40gb")
+    nvidia_cluster.wait_labels(name, {STATE: "success", DP: "true", "nvidia.com/mig-3g.40gb.count": "2"}, timeout=180)
+    assert gpu_instances(nvidia_cluster, name) == ["3g.40gb", "3g.40gb"]
+    spec = nvidia_cluster.hosts_dir / ("%s.nvidia-mig-manager" % name) / "host/var/run/cdi/management.nvidia.com-gpu.yaml"
+    assert "kind: management.nvidia.com/gpu" in spec.read_text()
+    log = nvidia_cluster.mig_manager_log(name)
+    assert "Running nvidia-smi" in log and "Creating management CDI spec" in log, log[-3000:]
+
+
+def ignore_404(call, *args):
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return call(*args)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
