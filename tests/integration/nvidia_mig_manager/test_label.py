@@ -92,3 +92,31 @@ def ignore_404(call, *args):
         if err.status == 404:
             return None
         raise
+
+
+def test_a_failure_after_an_earlier_success_leaves_the_operands_paused(nvidia_cluster, add_nvidia_node):
+    """NVIDIA's v0.15.0 behaviour the simulator does not have: mig-parted pkg/mig/reconfigure keeps
+    NoRestartK8sDaemonsetsOnExit (and NoRestartHostSystemdServicesOnExit) in package variables that a successful run
+    sets and nothing resets, so in the same process a later run that fails after pausing the operands sets `failed`
+    without restoring the deploy labels (the simulator's fail() restores them). A GPU held by a process on a MIG device
+    makes the apply fail (ERROR_IN_USE from the simulated NVML)."""
+    from tests.testbed.gpusim import hoststate
+
+    name = nvidia_node(nvidia_cluster, add_nvidia_node, "nvheld")
+    nvidia_cluster.label(name, CONFIG, "all-1g.10gb")
+    nvidia_cluster.wait_labels(name, {STATE: "success", DP: "true", "nvidia.com/mig-1g.10gb.count": "7"}, timeout=180)
+    state = nvidia_cluster.state_path(name)
+    gi = hoststate.summary(state)["gpus"][0]["gpu_instances"][0]
+    hoststate.add_process(state, 0, 4242, 100, gi["id"], gi["compute_instances"][0]["id"])
+
+    with label_history(nvidia_cluster.testbed, name) as seen:
+        nvidia_cluster.label(name, CONFIG, "all-3g.40gb")
+        labels = nvidia_cluster.wait_labels(name, {STATE: "failed"}, timeout=180)
+    assert in_order(seen, [("pending", "true"), ("pending", PAUSED), ("failed", PAUSED)]), seen
+    assert all(labels["nvidia.com/gpu.deploy." + k] == PAUSED
+               for k in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")), labels
+    log = nvidia_cluster.mig_manager_log(name)
+    assert "ERROR_IN_USE" in log and "Error: failed to apply MIG configuration" in log, log[-3000:]
+    # mig-parted cleared what it could before failing ("erroneous devices may persist"): only the held MIG device is left
+    left = hoststate.summary(state)["gpus"][0]["gpu_instances"]
+    assert [(g["id"], g["profile"]) for g in left] == [(gi["id"], "1g.10gb")], left
