@@ -40,6 +40,9 @@ def _parser():
                          "(default: LD_LIBRARY_PATH as given)")
         cmd.add_argument("--gfd-binary", help="NVIDIA's gpu-feature-discovery (tests/testbed/build-gfd.sh gfd): its labels "
                                               "instead of the re-implemented ones (operands.gfd_labels)")
+        cmd.add_argument("--mig-manager", choices=("sim", "nvidia"), default="sim",
+                         help="who plays MIG Manager: the simulator (default) or NVIDIA's nvidia-mig-manager process per "
+                              "node (tests/testbed/agents/nvidia_mig.py); node annotation gpusim.gpufleet.io/mig-manager wins")
         cmd.add_argument("-v", "--verbose", action="store_true")
         if name == "start":
             cmd.add_argument("--pidfile", default=DEFAULT_PIDFILE)
@@ -63,7 +66,7 @@ def run(args):
                     reboot_seconds=args.reboot_seconds, pod_wait_seconds=args.pod_wait_seconds,
                     rescan_seconds=args.rescan_seconds, host_clients_seconds=args.host_clients_seconds)
     agents = Agents(args.kubeconfig, args.hosts_dir, args.namespace, timing,
-                    gfd_binary=args.gfd_binary, nvml_lib_dir=args.nvml_lib_dir)
+                    gfd_binary=args.gfd_binary, nvml_lib_dir=args.nvml_lib_dir, mig_manager=args.mig_manager)
     signal.signal(signal.SIGTERM, lambda *_: agents.stop())
     signal.signal(signal.SIGINT, lambda *_: agents.stop())
     agents.start()

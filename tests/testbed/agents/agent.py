@@ -28,7 +28,9 @@ from tests.testbed import oracle
 from tests.testbed.agents import hardware, metrics, operands
 from tests.testbed.agents.kube import (LOG, Cache,
                                        api_client, ignore_missing)
-from tests.testbed.agents.migmanager import CONFIG_LABEL, KUBELET_STOPPED_ANNOTATION, MigManager
+from tests.testbed.agents.migmanager import CONFIG_LABEL, HOST_DRIVER_ANNOTATION, KUBELET_STOPPED_ANNOTATION, MigManager
+from tests.testbed.agents.nvidia_mig import MODES as MIG_MANAGER_MODES
+from tests.testbed.agents.nvidia_mig import NvidiaMigManagers
 from tests.testbed.gpusim import hoststate
 
 STATE_ANNOTATION = "gpusim.gpufleet.io/state"
@@ -96,7 +98,10 @@ class LagStats:
 
 
 class Agents:
-    def __init__(self, kubeconfig, hosts_dir, namespace="gpu-operator", timing=None, gfd_binary=None, nvml_lib_dir=None):
+    def __init__(self, kubeconfig, hosts_dir, namespace="gpu-operator", timing=None, gfd_binary=None, nvml_lib_dir=None,
+                 mig_manager="sim"):
+        if mig_manager not in MIG_MANAGER_MODES:
+            raise ValueError("mig_manager must be one of %s, not %r" % (", ".join(MIG_MANAGER_MODES), mig_manager))
         self.api = api_client(kubeconfig)
         self.cache = Cache(self.api)
         self.hosts_dir = Path(hosts_dir)
@@ -115,6 +120,9 @@ class Agents:
         self.host_reads = {}  # node -> (state file version, hardware.Host): NVML is read again only after a change
         self.lag = LagStats(self.hosts_dir / LAG_STATS_FILE)
         self.pool = concurrent.futures.ThreadPoolExecutor(RECONCILE_THREADS, thread_name_prefix="reconcile")
+        # MIG Manager: the simulator (default) or NVIDIA's process per node (nvidia_mig.py; a node annotation wins)
+        self.mig_manager_mode = mig_manager
+        self.nvidia = NvidiaMigManagers(self, kubeconfig)
 
     # -- node classification ---------------------------------------------------------------
     def state_file(self, node):
@@ -154,6 +162,7 @@ class Agents:
 
     def stop(self):
         self.cache.stop()
+        self.nvidia.stop_all()
 
     def wait(self):
         while self.thread.is_alive():
@@ -190,7 +199,8 @@ class Agents:
     def _mounts_to_retry(self):
         """Nodes whose mig-manager pod waits on a missing ConfigMap: kubelet's volume manager retries the mount on
         its own (with backoff), not only when the node or pod changes, so the pod starts once the ConfigMap exists."""
-        return {name for name, manager in list(self.managers.items()) if manager.not_started is not None}
+        return ({name for name, manager in list(self.managers.items()) if manager.not_started is not None}
+                | self.nvidia.to_retry())
 
     def _hardware_changed(self):
         """Nodes whose state file changed since the last look (GFD re-labels on an interval too)."""
@@ -216,6 +226,8 @@ class Agents:
             self.host_reads.pop(name, None)
             if name in self.exporters:
                 self.exporters.pop(name).stop()
+            if name in self.nvidia.nodes:
+                self.nvidia.sync(name, None, None, None)  # the node (and its pods) is gone
             return
         path = self.state_file(node)
         if path is None or not path.exists():
@@ -240,7 +252,7 @@ class Agents:
                     labels[key] = value
         self.device_plugin(name, node, host, shared)
         self.dcgm_exporter(name, node, path)
-        self.mig_manager(name, labels)
+        self.mig_manager(name, node, labels, path)
 
     def read_host(self, name, path):
         """The node's simulated hardware, read through NVML again only when its state file is a new version (both
@@ -344,8 +356,11 @@ class Agents:
         if (node["metadata"].get("annotations") or {}).get(METRICS_ANNOTATION) != url:
             self.cache.core.patch_node(name, {"metadata": {"annotations": {METRICS_ANNOTATION: url}}})
 
-    def mig_manager(self, name, labels):
+    def mig_manager(self, name, node, labels, state_path):
         pod = self.cache.running_pod(name, self.namespace, "nvidia-mig-manager")
+        if self.nvidia.node_mode(node) == "nvidia":
+            self.nvidia.sync(name, node, pod, state_path)
+            return
         if pod is None:
             return
         manager = self.managers.get(name)
@@ -392,6 +407,11 @@ class Agents:
                              "reason": "KubeletReady" if ready else "KubeletNotReady"})
             conditions.append(cond)
         self.cache.core.patch_node_status(name, {"status": {"conditions": conditions}})
+
+    @staticmethod
+    def host_driver(node):
+        """The node's driver is on the host (the validator's IS_HOST_DRIVER): see migmanager.HOST_DRIVER_ANNOTATION."""
+        return ((node.get("metadata", {}).get("annotations") or {}).get(HOST_DRIVER_ANNOTATION) or "").lower() == "true"
 
     @staticmethod
     def kubelet_stopped(node):

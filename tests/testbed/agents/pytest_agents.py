@@ -7,8 +7,12 @@ gpu_operator role).
 ``gpu_cluster`` (session): ``gpu_agents`` plus NVIDIA's chart from the GPU Operator Go module installed
 with helm as release ``gpu-operator`` in namespace ``gpu-operator`` (values: GPU_CLUSTER_VALUES).
 ``add_gpu_node`` (function): factory ``add_gpu_node(hint, model, count, labels=None, faults=None,
-sim_faults=None, mig_enabled=False, **create_node_kwargs)`` -> node name; uniquely named simulated
+sim_faults=None, mig_enabled=False, mig_manager=None, **create_node_kwargs)`` -> node name; uniquely named simulated
 GPU nodes, deleted after the test.
+
+MIG Manager is played by the simulator (tests/testbed/agents/migmanager.py) unless asked otherwise: ``mig_manager=
+"nvidia"`` on a node (annotation gpusim.gpufleet.io/mig-manager) or on GpuAgents (or GPUFLEET_MIG_MANAGER=nvidia for
+the session's agents) runs NVIDIA's nvidia-mig-manager for it (tests/testbed/agents/nvidia_mig.py).
 """
 
 import datetime
@@ -25,6 +29,8 @@ import pytest
 from tests.testbed import operator as real_operator
 from tests.testbed import oracle
 from tests.testbed.agents.agent import FAULT_ANNOTATION, FAULTS, STATE_ANNOTATION
+from tests.testbed.agents.nvidia_mig import MODE_ANNOTATION as MIG_MANAGER_ANNOTATION
+from tests.testbed.agents.nvidia_mig import MODES as MIG_MANAGER_MODES
 from tests.testbed.gpusim import hoststate
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -56,7 +62,10 @@ class GpuAgents:
 
     __test__ = False
 
-    def __init__(self, testbed, hosts_dir, namespace=NAMESPACE):
+    def __init__(self, testbed, hosts_dir, namespace=NAMESPACE, mig_manager=None):
+        self.mig_manager = mig_manager or os.environ.get("GPUFLEET_MIG_MANAGER") or "sim"
+        if self.mig_manager not in MIG_MANAGER_MODES:
+            raise ValueError("mig_manager must be one of %s, not %r" % (", ".join(MIG_MANAGER_MODES), self.mig_manager))
         self.testbed = testbed
         self.hosts_dir = Path(hosts_dir)
         self.namespace = namespace
@@ -70,7 +79,8 @@ class GpuAgents:
         self.start_controller()
         argv = [sys.executable, "-m", "tests.testbed.agents", "run", "--kubeconfig", self.testbed.kubeconfig,
                 "--hosts-dir", str(self.hosts_dir), "--namespace", self.namespace,
-                "--nvml-lib-dir", str(nvml_lib_dir()), "--gfd-binary", oracle.binary("gpu-feature-discovery"), *TEST_TIMING, *extra_args]
+                "--nvml-lib-dir", str(nvml_lib_dir()), "--gfd-binary", oracle.binary("gpu-feature-discovery"),
+                "--mig-manager", self.mig_manager, *TEST_TIMING, *extra_args]
         log = open(self.log_file, "ab")  # pylint: disable=consider-using-with  # the child writes it
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT))
         time.sleep(0.5)
@@ -129,12 +139,12 @@ class GpuAgents:
         return self.hosts_dir / ("%s.state" % node)
 
     def add_gpu_node(self, name, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False,
-                     **node_kwargs):
+                     mig_manager=None, **node_kwargs):
         """Create the simulated host state and the kwok Node `name`; returns the name.
 
         faults: agent faults (FAULTS) set as node annotation; sim_faults: simulated-NVML faults
         (hoststate.FAULTS, e.g. reset_unsupported) written into the host state; node_kwargs go to
-        testbed.create_node (capacity, allocatable, taints).
+        testbed.create_node (capacity, allocatable, taints); mig_manager: "nvidia" or "sim" for this node only.
         """
         unknown = set(faults or ()) - set(FAULTS)
         if unknown:
@@ -144,6 +154,10 @@ class GpuAgents:
         annotations = {STATE_ANNOTATION: str(state)}
         if faults:
             annotations[FAULT_ANNOTATION] = ",".join(faults)
+        if mig_manager is not None:
+            if mig_manager not in MIG_MANAGER_MODES:
+                raise ValueError("mig_manager must be one of %s, not %r" % (", ".join(MIG_MANAGER_MODES), mig_manager))
+            annotations[MIG_MANAGER_ANNOTATION] = mig_manager
         labels = dict(real_operator.NFD_GPU_NODE_LABELS, **(labels or {}))
         self.testbed.create_node(name, labels=labels, annotations=annotations, **node_kwargs)
         return name
@@ -208,12 +222,13 @@ class GpuAgents:
             "nvidia.com", "v1", "clusterpolicies", "cluster-policy", {"spec": spec})
 
     # -- chart -----------------------------------------------------------------------------
-    def install_chart(self, values=None, timeout=180):
-        """helm upgrade --install of NVIDIA's chart from the module (no --wait: the operator Deployment needs a node).
+    def install_chart(self, values=None, timeout=180, release=None):
+        """helm upgrade --install of NVIDIA's chart (no --wait: the operator Deployment needs a node).
 
-        Values: TESTBED_CHART_VALUES (nfd off), then ``values``.
+        release: which testbed build's chart (tests/testbed/operator.py RELEASES; default DEFAULT_RELEASE, the module's
+        v25.3.4). Values: TESTBED_CHART_VALUES (nfd off), then ``values``.
         """
-        args = ["upgrade", "--install", RELEASE, str(real_operator.chart_dir()), "--namespace", self.namespace,
+        args = ["upgrade", "--install", RELEASE, str(real_operator.chart_dir(release)), "--namespace", self.namespace,
                 "--create-namespace", "--timeout", "%ds" % timeout, "--values", "-"]
         merged = json.loads(json.dumps(real_operator.TESTBED_CHART_VALUES))
         merged.update(values or {})
@@ -246,11 +261,12 @@ def add_gpu_node(gpu_agents, request):
 
     created = []
 
-    def make(hint, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False, **node_kwargs):
+    def make(hint, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False, mig_manager=None,
+             **node_kwargs):
         name = unique_name(hint or request.node.name[:30])
         created.append(name)
         return gpu_agents.add_gpu_node(name, model, count, labels=labels, faults=faults, sim_faults=sim_faults,
-                                       mig_enabled=mig_enabled, **node_kwargs)
+                                       mig_enabled=mig_enabled, mig_manager=mig_manager, **node_kwargs)
 
     yield make
     for name in created:

@@ -1,0 +1,31 @@
+"""mig-reconfigure.yml end to end with NVIDIA's nvidia-mig-manager doing the MIG change on the node (conftest.py:
+a cluster of its own with NVIDIA's v26.7.0 chart and controller), run by ansible-playbook under the least-privilege
+ServiceAccount, as tests/integration/reconfigure/test_rollout.py runs it against the simulator."""
+
+from tests.integration.nvidia_mig_manager.test_label import gpu_instances, mig_modes, nvidia_node
+from tests.integration.reconfigure.conftest import PLAYBOOK, RBAC_FILE, SA_NAME, SA_NAMESPACE, Runner, node_view
+from tests.integration.reconfigure.test_rollout import CONFIG, STATE, rollout_vars, rows_of, wait_advertised
+from tests.testbed.agents.pytest_agents import nvml_lib_dir
+from tests.testbed.pytest_cluster import unique_name
+
+
+def test_mig_reconfigure_rolls_a_node_through_nvidias_mig_manager(nvidia_cluster, add_nvidia_node, tmp_path):
+    bed = nvidia_cluster.testbed
+    bed.kubectl("apply", "-f", str(RBAC_FILE))
+    runner = Runner(bed.serviceaccount_kubeconfig(SA_NAMESPACE, SA_NAME), tmp_path / "ansible")
+    name = nvidia_node(nvidia_cluster, add_nvidia_node, "nvroll")
+    wait_advertised(bed, name)
+    host_vars = {name: {"mig_reconfigure_host_environment": {
+        "LD_LIBRARY_PATH": str(nvml_lib_dir()), "GPUFLEET_SIM_NVML_STATE": str(nvidia_cluster.state_path(name))}}}
+
+    result = runner.playbook(PLAYBOOK, [name], dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb"),
+                             host_vars=host_vars)
+    assert result.rc == 0, result.explain()
+    row = rows_of(result)[name]
+    assert row["result"] == "reconfigured" and row["hardware_verified"] is True, row
+    view = node_view(bed, name)
+    assert view["labels"][CONFIG] == "all-1g.10gb" and view["labels"][STATE] == "success"
+    assert view["unschedulable"] is False
+    assert gpu_instances(nvidia_cluster, name) == ["1g.10gb"] * 7 and mig_modes(nvidia_cluster, name) == [(1, 1)]
+    log = nvidia_cluster.mig_manager_log(name)
+    assert "Successfully updated to MIG config: all-1g.10gb" in log, log[-3000:]  # NVIDIA's process did it

@@ -1,0 +1,230 @@
+"""The agents' opt-in MIG Manager mode "nvidia": NVIDIA's nvidia-mig-manager process plays a node's mig-manager pod.
+
+Chosen per agents process (``--mig-manager nvidia``; GpuAgents(mig_manager="nvidia") or GPUFLEET_MIG_MANAGER=nvidia)
+or per node (annotation MODE_ANNOTATION = nvidia|sim, which wins). The default stays the simulator
+(tests/testbed/agents/migmanager.py). What this module does is what kubelet does for that pod:
+
+* while the node's ``nvidia-mig-manager`` DaemonSet pod is Running, one process runs for it
+  (tests/testbed/nvidia_mig_manager.py: mount namespace, simulated NVML, fake systemd); a new pod (another uid)
+  restarts it, a pod that is gone stops it, a process that exits is started again after a back-off (CrashLoopBackOff);
+* its env is the container's env from the pod spec: ``value``s as they are, ``fieldRef``s resolved (spec.nodeName,
+  metadata.name, metadata.namespace); plus what the operator's entrypoint script exports
+  (WITH_SHUTDOWN_HOST_GPU_CLIENTS=$IS_HOST_DRIVER; IS_HOST_DRIVER comes from the node's host-driver annotation,
+  see migmanager.HOST_DRIVER_ANNOTATION);
+* the container's ConfigMap volumes (``mig-parted-config``, ``gpu-clients``) are written into the node's work dir and
+  bind-mounted at their mountPath; a ConfigMap that does not exist keeps the process from starting (FailedMount);
+* it authenticates as the pod's ServiceAccount, with a token bound to the pod (TokenRequest), so NVIDIA's RBAC for
+  mig-manager (the operator's ClusterRole/Role) is what it gets.
+
+Logs: ``<hosts-dir>/<node>.mig-manager.log`` (the process's stdout and stderr); its work dir
+``<hosts-dir>/<node>.nvidia-mig-manager/`` (fake systemd's log and units, the generated config under upper/etc).
+"""
+
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from kubernetes import client
+
+from tests.testbed.agents.kube import LOG, ignore_missing
+from tests.testbed.gpusim.simhost import library_dir
+from tests.testbed.nvidia_mig_manager import NvidiaMigManager, driver_ready_env
+from tests.testbed.operator import flatten_kubeconfig
+
+MODE_ANNOTATION = "gpusim.gpufleet.io/mig-manager"
+MODES = ("sim", "nvidia")
+CONTAINER = "nvidia-mig-manager"
+TOKEN_SECONDS = 24 * 3600
+BACKOFF_SECONDS = (2, 5, 10, 20, 40)
+
+
+def pod_env(pod, container, node):
+    """The container's env as kubelet gives it: values, and the fieldRefs mig-manager's DaemonSet uses."""
+    meta = pod["metadata"]
+    fields = {"spec.nodeName": node, "metadata.name": meta["name"], "metadata.namespace": meta["namespace"],
+              "metadata.uid": meta["uid"], "spec.serviceAccountName": (pod.get("spec") or {}).get("serviceAccountName", "")}
+    env = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = var["value"] or ""
+        else:
+            ref = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+            if ref in fields:
+                env[var["name"]] = fields[ref]
+    return env
+
+
+class NodeProcess:
+    def __init__(self):
+        self.pod_uid = None
+        self.manager = None
+        self.failures = 0
+        self.next_start = 0.0
+        self.waiting = None  # why the container cannot start (a missing ConfigMap), logged once
+        self.lock = threading.Lock()
+
+
+class NvidiaMigManagers:
+    """Every node's NVIDIA MIG Manager process, kept in step with the node's mig-manager pod."""
+
+    def __init__(self, agents, kubeconfig):
+        self.agents = agents
+        self.kubeconfig = Path(kubeconfig).resolve()
+        self.nodes = {}
+        self.lock = threading.Lock()
+
+    def node_mode(self, node):
+        value = ((node.get("metadata", {}).get("annotations") or {}).get(MODE_ANNOTATION) or "").strip()
+        return value if value in MODES else self.agents.mig_manager_mode
+
+    def work_dir(self, name):
+        return self.agents.hosts_dir / ("%s.nvidia-mig-manager" % name)
+
+    def _entry(self, name):
+        with self.lock:
+            return self.nodes.setdefault(name, NodeProcess())
+
+    def to_retry(self):
+        """Nodes whose process should be (re)started without a new event: crashed, or waiting on a ConfigMap."""
+        now = time.monotonic()
+        return {name for name, entry in list(self.nodes.items())
+                if entry.pod_uid and (entry.manager is None or not entry.manager.running()) and entry.next_start <= now}
+
+    # -- the pod's lifecycle ---------------------------------------------------------------
+    def sync(self, name, node, pod, state_path):
+        entry = self._entry(name)
+        with entry.lock:
+            if pod is None:
+                if entry.manager is not None:
+                    LOG.info("[%s] nvidia-mig-manager: pod gone, stopping the process", name)
+                self._stop(entry)
+                entry.pod_uid = None
+                return
+            uid = pod["metadata"]["uid"]
+            if entry.pod_uid != uid:
+                if entry.manager is not None:
+                    LOG.info("[%s] nvidia-mig-manager: new pod %s, restarting the process", name, pod["metadata"]["name"])
+                self._stop(entry)
+                entry.pod_uid, entry.failures, entry.next_start, entry.waiting = uid, 0, 0.0, None
+            if entry.manager is not None and entry.manager.running():
+                return
+            if entry.manager is not None:  # it exited: a container restart after a back-off
+                rc = entry.manager.proc.returncode if entry.manager.proc else None
+                self._stop(entry)
+                entry.failures += 1
+                delay = BACKOFF_SECONDS[min(entry.failures, len(BACKOFF_SECONDS)) - 1]
+                entry.next_start = time.monotonic() + delay
+                LOG.warning("[%s] nvidia-mig-manager exited (rc %s); restarting in %ss", name, rc, delay)
+                return
+            if time.monotonic() < entry.next_start:
+                return
+            self._start(entry, name, node, pod, state_path)
+
+    def _start(self, entry, name, node, pod, state_path):
+        container = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), None)
+        if container is None:
+            LOG.warning("[%s] mig-manager pod %s has no container %s", name, pod["metadata"]["name"], CONTAINER)
+            entry.next_start = time.monotonic() + 30
+            return
+        work = self.work_dir(name)
+        volumes = self.volumes(name, pod, container, work)
+        if volumes is None:
+            entry.next_start = time.monotonic() + 2  # kubelet retries the mount
+            return
+        entry.waiting = None
+        env = pod_env(pod, container, name)
+        # The operator's entrypoint (assets state-mig-manager/0420_configmap.yaml) exports the validator's driver-ready
+        # file, and WITH_SHUTDOWN_HOST_GPU_CLIENTS=$IS_HOST_DRIVER.
+        host_driver = self.agents.host_driver(node)
+        env.update(driver_ready_env(host_driver))
+        kubeconfig = self.pod_kubeconfig(pod, work)
+        lib_dir = self.agents.nvml_lib_dir or library_dir(build=True)
+        entry.manager = NvidiaMigManager(
+            name, state_path, work, kubeconfig, lib_dir, namespace=pod["metadata"]["namespace"],
+            env=env, pod_name=pod["metadata"]["name"], volumes=volumes,
+            log_path=self.agents.log_path(name, "mig-manager"), host_driver=host_driver).start()
+        LOG.info("[%s] nvidia-mig-manager started for pod %s (pid %d)", name, pod["metadata"]["name"],
+                 entry.manager.proc.pid)
+
+    @staticmethod
+    def _stop(entry):
+        if entry.manager is not None:
+            entry.manager.stop()
+            entry.manager = None
+
+    def stop_all(self):
+        for entry in list(self.nodes.values()):
+            with entry.lock:
+                self._stop(entry)
+
+    # -- what kubelet prepares for the container ---------------------------------------------
+    def volumes(self, name, pod, container, work):
+        """[(host dir, mountPath)] of the container's volumes: ConfigMaps written into work/volumes/<volume>, hostPaths
+        as the same path under the simulated host root (work/host; `/` and `/sys` are the runner's own /host and
+        fake sysfs); None when a ConfigMap is missing (the pod stays in ContainerCreating)."""
+        by_name = {v["name"]: v for v in (pod.get("spec") or {}).get("volumes") or []}
+        out = []
+        for mount in container.get("volumeMounts") or []:
+            volume = by_name.get(mount["name"]) or {}
+            host_path = (volume.get("hostPath") or {}).get("path")
+            if host_path and not mount.get("subPath") and host_path.rstrip("/") not in ("", "/sys"):
+                target = work / "host" / host_path.strip("/")
+                target.mkdir(parents=True, exist_ok=True)  # DirectoryOrCreate
+                out.append((target, mount["mountPath"]))
+                continue
+            source = volume.get("configMap")
+            if source is None or mount.get("subPath"):
+                continue  # host paths and the entrypoint script (subPath): nothing the process reads
+            cm = ignore_missing(self.agents.cache.core.read_namespaced_config_map, source["name"],
+                                pod["metadata"]["namespace"])
+            if cm is None:
+                if source.get("optional"):
+                    continue
+                reason = 'configmap "%s" not found' % source["name"]
+                entry = self._entry(name)
+                if entry.waiting != reason:
+                    entry.waiting = reason
+                    LOG.info("[%s] nvidia-mig-manager cannot start: volume %s: %s", name, mount["name"], reason)
+                    self.agents.pod_event(pod["metadata"]["uid"], "FailedMount",
+                                          'MountVolume.SetUp failed for volume "%s" : %s' % (mount["name"], reason))
+                return None
+            data = cm.data or {}
+            items = source.get("items") or [{"key": k, "path": k} for k in sorted(data)]
+            target = work / "volumes" / mount["name"]
+            target.mkdir(parents=True, exist_ok=True)
+            for old in target.iterdir():
+                old.unlink()
+            for item in items:
+                if item["key"] in data:
+                    (target / item["path"]).write_text(data[item["key"]])
+            out.append((target, mount["mountPath"]))
+        return out
+
+    def pod_kubeconfig(self, pod, work):
+        """A kubeconfig with a token of the pod's ServiceAccount bound to the pod (what the projected token volume
+        holds), and the admin kubeconfig's server and CA."""
+        meta = pod["metadata"]
+        account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+            audiences=[], expiration_seconds=TOKEN_SECONDS,
+            bound_object_ref=client.V1BoundObjectReference(kind="Pod", api_version="v1", name=meta["name"], uid=meta["uid"])))
+        token = self.agents.cache.core.create_namespaced_service_account_token(account, meta["namespace"], request).status.token
+        work.mkdir(parents=True, exist_ok=True)
+        admin = work / "admin.kubeconfig"
+        flatten_kubeconfig(self.kubeconfig, admin)
+        config = yaml.safe_load(admin.read_text())
+        admin.unlink()
+        context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
+        cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
+        user = "system:serviceaccount:%s:%s" % (meta["namespace"], account)
+        path = work / "pod.kubeconfig"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": user, "context": {"cluster": cluster["name"], "user": user,
+                                                    "namespace": meta["namespace"]}}],
+            "current-context": user}))
+        path.chmod(0o600)
+        return path

@@ -1,0 +1,3 @@
+"""Stand-ins for a GPU host's OS boundary, for NVIDIA's programs run on the testbed (docs/testbed.md,
+"NVIDIA's MIG Manager"): systemd on the D-Bus system bus (systemd_dbus.py), `nvidia-smi -r` and `chroot <host> ...`
+(executables in bin/). Each acts on the simulated host's state file (tests/testbed/gpusim/hoststate.py)."""
