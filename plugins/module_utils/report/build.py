@@ -4,7 +4,7 @@
 """The fleet report: per node, GPU and MIG slice facts, findings, totals and a suggested layout.
 
 Pure functions over what the API server and the metrics source returned (no I/O here): the
-``gpu_cluster_facts`` module gathers, this builds; the renderers turn the result into a table and a page.
+``gpu_cluster_info`` module gathers, this builds; the renderers turn the result into a table and a page.
 Facts: MIG Manager labels (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go), GFD labels and device-plugin
 resources (NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md, internal/rm/rm.go), dcgm-exporter metrics
 and labels (NVIDIA/dcgm-exporter etc/default-counters.csv); what the report shows and why: docs/report.md.

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-module: gpu_cluster_facts
+module: gpu_cluster_info
 short_description: Fleet report of GPU nodes, MIG layouts, slices, drift, stuck nodes and idle slices
 version_added: 0.1.0
 description:
@@ -100,7 +100,7 @@ requirements:
 
 EXAMPLES = r"""
 - name: Fleet report with Prometheus
-  gpufleet.gpu_operator.gpu_cluster_facts:
+  gpufleet.gpu_operator.gpu_cluster_info:
     kubeconfig: ~/.kube/config
     prometheus_url: http://prometheus.monitoring:9090
     formats: [table, html]
