@@ -408,7 +408,7 @@ def _empty_finding(nodes, connection):
         seen = "no node matches label selector %s" % selector if selector else "the API server lists no nodes"
     else:
         seen = "%d node%s%s, none with GPU labels (%s, %s) or GPU resources" % (
-            len(nodes), "" if len(nodes) == 1 else "s", " match label selector %s" % selector if selector else "",
+            len(nodes), "" if len(nodes) == 1 else "s", " matching label selector %s" % selector if selector else "",
             gpu_labels.LABEL_GPU_PRESENT, gpu_labels.LABEL_PRODUCT)
     return _finding(
         "empty", "warning", None, "no GPU nodes in %s: %s" % (describe_source(connection), seen),
