@@ -17,7 +17,7 @@ import time
 import pytest
 import yaml
 
-from .conftest import RUN_LABEL, run_report
+from .conftest import run_report
 
 
 def recap(proc):
