@@ -165,13 +165,14 @@ def test_a_bad_report_directory_fails_naming_it_before_any_api_call(counting_api
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory\n")
     if case == "file":
-        path, expected = blocker, "gpu_report_dir %s is a file" % blocker
+        path, expected = blocker, "pre-flight: gpu_report_dir %s is a file, not a directory" % blocker
     else:
-        path, expected = blocker / "reports", "gpu_report_dir %s cannot be created" % (blocker / "reports")
+        path = blocker / "reports"
+        expected = "pre-flight: gpu_report_dir %s cannot be created: %s is a file" % (path, blocker)
     proc, report = run_report(_NoCluster(kubeconfig), tmp_path / "run", {"gpu_report_dir": str(path)})
     output = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0, output[-3000:]
-    assert expected in output and "Nothing was read from the cluster." in output, output[-3000:]
+    assert expected in output, output[-3000:]
     assert report is None
     assert server.connections == 0, "the API server was contacted before the directory was checked"
     assert "Pre-flight" not in proc.stdout, "the pre-flight play ran"
