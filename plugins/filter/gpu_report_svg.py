@@ -11,7 +11,7 @@ name: gpu_report_svg
 short_description: One GPU of the fleet report drawn as an inline SVG picture of its MIG slices
 version_added: 0.1.0
 description:
-  - Draws a GPU of a fleet report (a C(gpus) item of a C(report.nodes) entry, as M(gpufleet.gpu_operator.gpu_cluster_facts)
+  - Draws a GPU of a fleet report (a C(gpus) item of a C(report.nodes) entry, as M(gpufleet.gpu_operator.gpu_cluster_info)
     returns it) as a strip of memory slices with one box per MIG instance, coloured by state (free, allocated,
     busy, idle), each box a C(<g class="slice">) with C(data-node), C(data-gpu), C(data-profile), C(data-state)
     and C(data-pod) attributes.

@@ -108,7 +108,7 @@ nodes:
   description:
     - A map of node name (each node of O(nodes)) to its result, a dict with C(problems) (list of strings),
       C(smoke_resources) (the GPU resources to smoke-test, list of strings), C(product) (GPU model or null),
-      C(summary) (the node's GPU facts from its labels, as in M(gpufleet.gpu_operator.gpu_cluster_facts); empty
+      C(summary) (the node's GPU facts from its labels, as in M(gpufleet.gpu_operator.gpu_cluster_info); empty
       for a node not found), C(hardware_checked) (bool, whether labels were compared with hardware facts) and
       C(hardware_source) (V(given), V(dcgm), or null when not compared).
   returned: always

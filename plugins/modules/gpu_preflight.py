@@ -20,6 +20,8 @@ description:
     (C(SelfSubjectReview), where the server has it).
   - The permissions the playbook will use (O(access)), each asked with a C(SelfSubjectAccessReview); every one
     denied is listed by name (verb, resource, namespace).
+  - The directories the playbook will write on the controller (O(directories)), first - a problem with one of them
+    fails the module before the API server is contacted.
   - Reads only. An access review creates nothing (the server answers it and keeps nothing), so every check also
     runs in check mode.
 extends_documentation_fragment:
@@ -38,6 +40,26 @@ options:
     type: list
     elements: str
     default: []
+  directories:
+    description:
+      - Directories the playbook will write on the controller. Each must be a directory this user can write, or one
+        that can be created - its nearest existing parent a directory this user can write. A path that is a file,
+        lies under a file, or is a directory this user cannot write is named in the failure.
+      - Checked before anything else. A problem fails the module before the API server is contacted, with the
+        missing executables and Python packages in the same line.
+      - Nothing is created; RV(directories[].exists) tells the playbook whether it has to.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The directory.
+        type: path
+        required: true
+      name:
+        description: What the directory is for, named in the failure - the variable that sets it, such as C(gpu_report_dir).
+        type: str
+        default: directory
   api:
     description:
       - Whether to check the Kubernetes connection and O(access). V(false) checks only the controller (O(access)
@@ -89,6 +111,14 @@ EXAMPLES = r"""
   gpufleet.gpu_operator.gpu_preflight:
     executables: [helm]
     api: false
+
+- name: The directory the report is written to, before the cluster is read
+  gpufleet.gpu_operator.gpu_preflight:
+    api: false
+    directories:
+      - path: "{{ gpu_report_dir }}"
+        name: gpu_report_dir
+  register: report_dir
 """
 
 RETURN = r"""
@@ -137,6 +167,31 @@ checked:
   description: How many permissions were asked (one per verb and resource).
   returned: always
   type: int
+directories:
+  description: The O(directories), in order, each with whether it exists and what keeps it from being written.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: O(directories[].name).
+      returned: always
+      type: str
+      sample: gpu_report_dir
+    path:
+      description: O(directories[].path), as given.
+      returned: always
+      type: str
+      sample: /srv/reports/gpu
+    exists:
+      description: Whether the directory exists (false - the playbook creates it with its missing parents).
+      returned: always
+      type: bool
+    problem:
+      description: Null, or why the directory cannot be written (a line naming O(directories[].name) and the path).
+      returned: always
+      type: str
+      sample: "gpu_report_dir /srv/reports/gpu cannot be created: /srv is a file"
 """
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import access as preflight
@@ -151,10 +206,16 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module i
 def check(module):
     params = module.params
     names = preflight.connection_names(params)
+    directories = preflight.check_directories(params["directories"])
     result = dict(changed=False, kubeconfig=names["kubeconfig"], context=names["context"],
                   missing_executables=preflight.missing_executables(params["executables"]),
                   missing_python_packages=preflight.missing_packages(params["python_packages"]),
-                  denied=[], checked=0)
+                  denied=[], checked=0, directories=directories)
+    unusable = [entry["problem"] for entry in directories if entry["problem"]]
+    if unusable:  # before any API call: nothing is read while the playbook could not write its result
+        problems = preflight.summary(result["missing_executables"], result["missing_python_packages"], [], unusable)
+        module.fail_json(msg="pre-flight: %s%s" % (problems, "; the API server was not contacted" if params["api"] else ""),
+                         **result)
     if params["api"]:
         if not names["context"] and names["kubeconfig"]:  # the kubeconfig's current context
             kubeconfig = params.get("kubeconfig")
@@ -189,6 +250,10 @@ def main():
     module = KubeModule(dict(
         executables=dict(type="list", elements="str", default=[]),
         python_packages=dict(type="list", elements="str", default=[]),
+        directories=dict(type="list", elements="dict", default=[], options=dict(
+            path=dict(type="path", required=True),
+            name=dict(type="str", default="directory"),
+        )),
         api=dict(type="bool", default=True),
         access=dict(type="list", elements="dict", default=[], options=dict(
             verbs=dict(type="list", elements="str", required=True),

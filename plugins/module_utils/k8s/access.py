@@ -8,7 +8,9 @@
   kubeconfig given as a mapping are secret), the API server's address and version (GET /version), the user it
   authenticates as (SelfSubjectReview, where the server has it);
 - RBAC: a SelfSubjectAccessReview per (verb, resource, namespace) the playbook will use; every one denied is
-  listed by name. A review creates nothing: the server answers it and keeps nothing, so check mode runs it too.
+  listed by name. A review creates nothing: the server answers it and keeps nothing, so check mode runs it too;
+- the directories the playbook will write on the controller: each a directory this user can write, or one that can
+  be created (its nearest existing parent a directory this user can write). Nothing is created here.
 
 The pure parts (naming a rule, the review's body, the one-line summary) are separate from the calls.
 """
@@ -127,9 +129,9 @@ def describe_connection(names, server=None, user=None):
     return ", ".join(parts)
 
 
-def summary(missing_executables, missing_packages, denied):
+def summary(missing_executables, missing_packages, denied, directory_problems=()):
     """The problems on one line, or "" when there are none."""
-    problems = []
+    problems = list(directory_problems)
     if missing_executables:
         problems.append("executables not found on PATH: %s" % ", ".join(missing_executables))
     if missing_packages:
@@ -185,6 +187,61 @@ def installed_version(name):
 
 def missing_packages(requirements, version_of=None):
     return [problem for problem in (package_problem(r, version_of) for r in requirements or []) if problem]
+
+
+def _user():
+    try:
+        import pwd
+
+        return "user %s" % pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError, AttributeError):  # pragma: no cover - a uid without a name, or no pwd
+        return "this user"
+
+
+def _writable(path, access=os.access):
+    return access(path, os.W_OK | os.X_OK)
+
+
+def directory_state(path, access=os.access):
+    """(exists, problem) of a directory the playbook will write: ``problem`` is None, or why it cannot be written -
+    ``is a file``, ``is a directory user alice cannot write``, ``cannot be created: /srv is a file``. A missing
+    directory is fine when its nearest existing parent is a directory this user can write (it is created with the
+    missing parents). ``access``: os.access, replaceable in tests."""
+    if not path or not str(path).strip():
+        return False, "is empty"
+    path = os.path.abspath(os.path.expanduser(str(path)))
+    if os.path.lexists(path) and not os.path.exists(path):
+        return False, "is a broken symbolic link (to %s)" % os.readlink(path)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            return True, "is a file, not a directory" if os.path.isfile(path) else "is not a directory"
+        if not _writable(path, access):
+            return True, "is a directory %s cannot write" % _user()
+        return True, None
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent):
+        if os.path.lexists(parent):
+            return False, "cannot be created: %s is a broken symbolic link" % parent
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return False, "cannot be created: %s is %s" % (parent, "a file" if os.path.isfile(parent) else "not a directory")
+    if not _writable(parent, access):
+        return False, "cannot be created: %s is a directory %s cannot write" % (parent, _user())
+    return False, None
+
+
+def check_directories(directories, access=os.access):
+    """[{name, path, exists, problem}] of ``directories`` ([{path, name}]): each problem as a line naming the option
+    or variable (``name``, else "directory") and the path."""
+    checked = []
+    for entry in directories or []:
+        path, name = entry.get("path") or "", entry.get("name") or "directory"
+        exists, problem = directory_state(path, access)
+        line = None
+        if problem:
+            line = "%s %s%s" % (name, "%s " % path if path else "", problem)
+        checked.append({"name": name, "path": path, "exists": exists, "problem": line})
+    return checked
 
 
 # -- the API server --------------------------------------------------------------------------------------------

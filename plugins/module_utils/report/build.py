@@ -4,7 +4,7 @@
 """The fleet report: per node, GPU and MIG slice facts, findings, totals and a suggested layout.
 
 Pure functions over what the API server and the metrics source returned (no I/O here): the
-``gpu_cluster_facts`` module gathers, this builds; the renderers turn the result into a table and a page.
+``gpu_cluster_info`` module gathers, this builds; the renderers turn the result into a table and a page.
 Facts: MIG Manager labels (NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go), GFD labels and device-plugin
 resources (NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md, internal/rm/rm.go), dcgm-exporter metrics
 and labels (NVIDIA/dcgm-exporter etc/default-counters.csv); what the report shows and why: docs/report.md.
@@ -29,7 +29,7 @@ SCHEMA_VERSION = 1
 METRIC_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 METRIC_FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
 SLICE_STATES = ("free", "busy", "idle", "allocated")  # allocated: held by a pod, activity unknown (no metrics)
-FINDING_KINDS = ("drift", "stuck", "idle", "unallocatable", "suggestion")
+FINDING_KINDS = ("drift", "stuck", "idle", "unallocatable", "suggestion", "empty")
 ACTIVE_PHASES = ("Pending", "Running", "Unknown")
 MEMORY_HEADROOM = 1.2  # suggested slice memory >= observed use x this
 
@@ -304,10 +304,12 @@ def _stuck_findings(summary, since, now, options):
     findings = []
     age = (now - since).total_seconds() if since else None
     if state in ("pending", "rebooting") and (age is None or age > options["stuck_after_s"]):
+        # The message names the moment, not the age: it stays the same from one run to the next (content_view).
         findings.append(_finding(
             "stuck", "error", name,
-            "mig.config.state=%s for %s (mig.config=%s)"
-            % (state, "%ds" % age if age is not None else "an unknown time", summary["mig_config"]),
+            "mig.config.state=%s %s (mig.config=%s)"
+            % (state, "since %s, longer than stuck_after (%ds)" % (iso(since), options["stuck_after_s"])
+               if age is not None else "for an unknown time", summary["mig_config"]),
             "read the MIG Manager pod log on the node; look for pods or host processes holding the GPUs; "
             "mig-reconfigure.yml can un-wedge (restore deploy labels, re-trigger) or roll back",
             state=state, seconds=age))
@@ -380,9 +382,48 @@ def _suggest(summary, model, gpus, pending_demand, options):
             "reason": conflict or reason, "basis": "memory use x%.1f and pending requests" % MEMORY_HEADROOM}
 
 
-def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_source="none"):
+def describe_source(connection):
+    """``context prod of kubeconfig /home/me/.kube/config (API server 10.0.0.1:6443)``: where the nodes were read.
+
+    ``connection``: {kubeconfig (a path, "(mapping)" or None), context (None: unknown), server ("host:port")}."""
+    connection = connection or {}
+    kubeconfig, context, server = connection.get("kubeconfig"), connection.get("context"), connection.get("server")
+    if context and kubeconfig:
+        where = "context %s of kubeconfig %s" % (context, kubeconfig)
+    elif kubeconfig:
+        where = "the current context of kubeconfig %s" % kubeconfig
+    elif context:
+        where = "context %s" % context
+    else:
+        where = "the connection given (no kubeconfig)"
+    return "%s%s" % (where, " (API server %s)" % server if server else "")
+
+
+def _empty_finding(nodes, connection):
+    """A report of no GPU node is a warning, not a clean bill: a wrong kubeconfig or context reads a cluster
+    without GPUs just as well. Names where the nodes were read and how many nodes that gave."""
+    connection = connection or {}
+    selector = connection.get("label_selector")
+    if not nodes:
+        seen = "no node matches label selector %s" % selector if selector else "the API server lists no nodes"
+    else:
+        seen = "%d node%s%s, none with GPU labels (%s, %s) or GPU resources" % (
+            len(nodes), "" if len(nodes) == 1 else "s", " matching label selector %s" % selector if selector else "",
+            gpu_labels.LABEL_GPU_PRESENT, gpu_labels.LABEL_PRODUCT)
+    return _finding(
+        "empty", "warning", None, "no GPU nodes in %s: %s" % (describe_source(connection), seen),
+        "check that the kubeconfig and context are those of the GPU cluster meant%s; on a GPU cluster, check that "
+        "the GPU Operator (or GPU Feature Discovery) runs and labels the GPU nodes"
+        % (" and that the label selector matches its GPU nodes" if selector else ""),
+        kubeconfig=connection.get("kubeconfig"), context=connection.get("context"), server=connection.get("server"),
+        label_selector=selector, nodes_listed=len(nodes))
+
+
+def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_source="none", connection=None):
     """The report dict (schema: REPORT_SCHEMA). ``nodes``/``pods``: API objects as dicts; ``metrics``:
-    [{node, gpu, gi_id, profile, model, metric, value, pod}] (values averaged over the window)."""
+    [{node, gpu, gi_id, profile, model, metric, value, pod}] (values averaged over the window); ``connection``:
+    where the nodes were read ({kubeconfig, context, server, label_selector}, see ``describe_source``), named by
+    the ``empty`` finding when no node is a GPU node."""
     options = dict({"idle_below": 0.05, "stuck_after_s": 900, "window_s": 600}, **(options or {}))
     now = now or utc_now()
     by_node_metrics = collections.defaultdict(list)
@@ -502,6 +543,8 @@ def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_sour
             "requested": dict(requested), "gpus": gpus,
             "findings": len(node_findings),
         })
+    if not report_nodes:
+        findings.append(_empty_finding(nodes, connection))
     return {
         "schema_version": SCHEMA_VERSION,
         "generated_at": iso(now),
@@ -512,6 +555,50 @@ def build_report(nodes, pods, metrics=None, options=None, now=None, metrics_sour
         "totals": {"nodes": len(report_nodes), "gpus": sum(len(n["gpus"]) for n in report_nodes),
                    "per_resource": dict((k, dict(v)) for k, v in sorted(totals.items()))},
     }
+
+
+# What depends on the moment the report was built rather than on the fleet: its time, each node's seconds in its
+# MIG state, a stuck finding's seconds. Two reports equal but for these describe the same fleet.
+VOLATILE_KEYS = ("generated_at", "nodes[].state_seconds", "findings[].details.seconds")
+
+
+def content_view(report):
+    """``report`` without its VOLATILE_KEYS (a copy): what a report says about the fleet."""
+    view = dict(report)
+    view.pop("generated_at", None)
+    view["nodes"] = [dict((k, v) for k, v in node.items() if k != "state_seconds")
+                     for node in report.get("nodes") or []]
+    findings = []
+    for finding in report.get("findings") or []:
+        finding = dict(finding)
+        if isinstance(finding.get("details"), dict):
+            finding["details"] = dict((k, v) for k, v in finding["details"].items() if k != "seconds")
+        findings.append(finding)
+    view["findings"] = findings
+    return view
+
+
+def _plain(value):
+    """``value`` with its mappings' keys in order (and tuples as lists): the same report renders the same page
+    whether it was built now or read back from report.json."""
+    if isinstance(value, dict):
+        return dict((k, _plain(value[k])) for k in sorted(value))
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def keep_unchanged(fresh, previous):
+    """The report to write: ``previous`` (the report written before, a dict or None) when it says the same about the
+    fleet as ``fresh`` (``content_view``), so an unchanged fleet leaves report.json and report.html as they are and
+    their ``generated_at`` says when this content was first seen; else ``fresh``. Keys in order either way."""
+    if isinstance(previous, dict) and previous.get("schema_version") == fresh.get("schema_version"):
+        try:
+            if _plain(content_view(previous)) == _plain(content_view(fresh)):
+                return _plain(previous)
+        except (AttributeError, TypeError, ValueError):  # a report.json of another shape: written anew
+            pass
+    return _plain(fresh)
 
 
 _NULLABLE_NUMBER = {"type": ["number", "null"]}

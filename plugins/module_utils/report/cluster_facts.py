@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """What one Kubernetes node says about its GPUs, read from labels and status only (no I/O).
 
-Used by the ``gpu_nodes`` inventory plugin and the ``gpu_cluster_facts`` module. Label names are
+Used by the ``gpu_nodes`` inventory plugin and the ``gpu_cluster_info`` module. Label names are
 those of GPU Feature Discovery, the GPU Operator and MIG Manager (NVIDIA/k8s-device-plugin
 docs/gpu-feature-discovery/README.md, NVIDIA/gpu-operator controllers/state_manager.go, NVIDIA/mig-parted
 pkg/mig/reconfigure/reconfigure.go).

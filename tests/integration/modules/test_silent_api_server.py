@@ -19,7 +19,7 @@ NODE = "gpu-silent-1"
 CASES = [
     ("gpu_drain", {"name": NODE, "state": "cordoned"}),
     ("mig_rollout_lock", {"holder": "silent-test"}),
-    ("gpu_cluster_facts", {}),
+    ("gpu_cluster_info", {}),
     ("gpu_preflight", {"access": [{"verbs": ["get"], "resource": "nodes"}]}),
 ]
 

@@ -45,7 +45,7 @@ NODE = "gpu-unreachable-1"
 
 # One task per module that talks to the API, with only the options it requires (and what makes it call).
 MODULE_ARGS = {
-    "gpu_cluster_facts": {},
+    "gpu_cluster_info": {},
     "gpu_drain": {"name": NODE},
     "gpu_node_validate": {"nodes": [{"name": NODE}]},
     "gpu_operator_status": {},

@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 OPERATOR_RECONFIGURE = HERE.parent / "operator" / "reconfigure.yml"
 # Modules that talk to the cluster; the ones that can change it first.
 API_MODULES = ["gpu_drain", "node_mig_config", "mig_rollout", "mig_rollout_lock", "gpu_smoke_test",
-               "gpu_operator_status", "gpu_operator_upgrade_check", "gpu_node_validate", "gpu_cluster_facts"]
+               "gpu_operator_status", "gpu_operator_upgrade_check", "gpu_node_validate", "gpu_cluster_info"]
 PER_MODULE = 4  # distinct bad inputs per module: 36 module runs, plus the playbook runs
 PLACEHOLDER = "gpu-node-1"  # the node name bad_inputs.MODULE_BASE uses; replaced by a real node here
 CONFIG = "nvidia.com/mig.config"

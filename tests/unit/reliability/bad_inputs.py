@@ -42,7 +42,7 @@ AUTH_OPTIONS = frozenset(("api_key", "ca_cert", "client_cert", "client_key", "co
 # The least each module needs so that validation reaches the option under test (a bad option must be the one the
 # message names, not a missing required one).
 MODULE_BASE = {
-    "gpu_cluster_facts": {},
+    "gpu_cluster_info": {},
     "gpu_drain": {"name": "gpu-node-1"},
     "gpu_info": {},
     "gpu_node_validate": {"nodes": [{"name": "gpu-node-1"}]},
@@ -75,8 +75,8 @@ K8S_NAME_OPTIONS = {
 
 # Numbers with a range besides "not negative" (every int/float option is drawn negative as well).
 RANGES = {
-    ("gpu_cluster_facts", "dcgm_port"): (1, 65535),
-    ("gpu_cluster_facts", "idle_below"): (0, 1),
+    ("gpu_cluster_info", "dcgm_port"): (1, 65535),
+    ("gpu_cluster_info", "idle_below"): (0, 1),
     ("gpu_operator_status", "request_timeout"): (0, 3600),
     ("gpu_operator_status", "api_retry_seconds"): (0, 3600),
 }

@@ -58,3 +58,51 @@ def test_missing_executables_and_the_summary():
         "executables not found on PATH: kubectl; Python packages missing: kubernetes (not installed); "
         "not allowed: create namespaces; delete nodes")
     assert access.summary([], [], []) == ""
+
+
+# -- the directories a playbook will write ------------------------------------------------------------------------
+
+def test_a_directory_is_fine_when_it_is_writable_or_can_be_created(tmp_path):
+    assert access.directory_state(str(tmp_path)) == (True, None)
+    assert access.directory_state(str(tmp_path / "new" / "deeper")) == (False, None)
+    assert not (tmp_path / "new").exists(), "the check creates nothing"
+
+
+def test_what_keeps_a_directory_from_being_written_is_named(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert access.directory_state(str(blocker)) == (True, "is a file, not a directory")
+    assert access.directory_state(str(blocker / "sub" / "deeper")) == (False, "cannot be created: %s is a file" % blocker)
+    link = tmp_path / "dangling"
+    link.symlink_to(tmp_path / "gone")
+    assert access.directory_state(str(link)) == (False, "is a broken symbolic link (to %s)" % (tmp_path / "gone"))
+    assert access.directory_state(str(link / "sub"))[1] == "cannot be created: %s is a broken symbolic link" % link
+    assert access.directory_state("") == (False, "is empty")
+    assert access.directory_state("   ") == (False, "is empty")
+
+
+def test_a_directory_this_user_cannot_write(tmp_path):
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+
+    def no_write(path, mode):
+        return not str(path).startswith(str(read_only))
+
+    exists, problem = access.directory_state(str(read_only), access=no_write)
+    assert exists and problem.startswith("is a directory user ") and problem.endswith(" cannot write")
+    exists, problem = access.directory_state(str(read_only / "reports"), access=no_write)
+    assert not exists and problem.startswith("cannot be created: %s is a directory user " % read_only)
+
+
+def test_check_directories_names_each_by_its_variable_and_path(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    checked = access.check_directories([{"path": str(blocker), "name": "gpu_report_dir"},
+                                        {"path": str(tmp_path / "new")}, {"path": ""}])
+    assert checked == [
+        {"name": "gpu_report_dir", "path": str(blocker), "exists": True,
+         "problem": "gpu_report_dir %s is a file, not a directory" % blocker},
+        {"name": "directory", "path": str(tmp_path / "new"), "exists": False, "problem": None},
+        {"name": "directory", "path": "", "exists": False, "problem": "directory is empty"}]
+    assert access.summary(["helm"], [], [], ["gpu_report_dir /x is a file, not a directory"]) == (
+        "gpu_report_dir /x is a file, not a directory; executables not found on PATH: helm")

@@ -88,7 +88,9 @@ def test_stuck_thresholds_failed_and_paused_operands():
     fresh = build([h100("fresh", state="pending")], stuck_after_s=3600)
     assert kinds(fresh) == []
     old = build([h100("old", state="pending")], stuck_after_s=30)
-    assert kinds(old) == ["stuck"] and "60s" in old["findings"][0]["message"]
+    assert kinds(old) == ["stuck"] and old["findings"][0]["details"]["seconds"] == 60
+    # The message names the moment the state was written, not the age: it reads the same on the next run.
+    assert "pending since 2026-12-02T11:59:00Z, longer than stuck_after (30s)" in old["findings"][0]["message"]
     failed = build([h100("bad", state="failed")])
     assert kinds(failed) == ["stuck"]
     paused = build([h100("paused", **{"nvidia.com/gpu.deploy.gpu-feature-discovery": "paused-for-mig-change"})])
@@ -155,3 +157,90 @@ def test_a_gpu_count_label_no_node_has_is_one_finding_not_a_failed_report():
     assert "nvidia.com/gpu.count=100000000 is more GPUs than a node holds (at most 64 accepted)" in found[0]["message"]
     nodes = dict((n["name"], n) for n in built["nodes"])
     assert nodes["a"]["gpus"] == [] and len(nodes["b"]["gpus"]) == 1
+
+
+# -- a report of no GPU node ------------------------------------------------------------------------------------
+
+SOURCE = {"kubeconfig": "/home/me/.kube/config", "context": "kind-dev", "server": "127.0.0.1:6443",
+          "label_selector": None}
+
+
+def plain_node(name):
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/os": "linux"}},
+            "status": {"allocatable": {"cpu": "8"}, "capacity": {"cpu": "8"}}}
+
+
+def test_no_gpu_node_is_a_warning_naming_context_kubeconfig_and_server():
+    built = report.build_report([plain_node("cp-1"), plain_node("worker-1")], [], now=NOW, connection=SOURCE)
+    jsonschema.validate(built, report.REPORT_SCHEMA)
+    assert [(f["kind"], f["severity"], f["node"]) for f in built["findings"]] == [("empty", "warning", None)]
+    finding = built["findings"][0]
+    assert finding["message"] == (
+        "no GPU nodes in context kind-dev of kubeconfig /home/me/.kube/config (API server 127.0.0.1:6443): 2 nodes, "
+        "none with GPU labels (nvidia.com/gpu.present, nvidia.com/gpu.product) or GPU resources")
+    assert "kubeconfig and context" in finding["action"]
+    assert finding["details"] == dict(SOURCE, nodes_listed=2)
+    assert built["totals"]["nodes"] == 0
+
+
+def test_no_gpu_node_names_the_selector_and_an_empty_node_list():
+    selected = report.build_report([], [], now=NOW, connection=dict(SOURCE, label_selector="pool=gpu"))
+    assert selected["findings"][0]["message"].endswith(": no node matches label selector pool=gpu")
+    assert "label selector matches" in selected["findings"][0]["action"]
+    empty = report.build_report([], [], now=NOW, connection=dict(SOURCE, context=None))
+    assert empty["findings"][0]["message"] == ("no GPU nodes in the current context of kubeconfig /home/me/.kube/config "
+                                               "(API server 127.0.0.1:6443): the API server lists no nodes")
+    # Without a kubeconfig (host and token, or the in-cluster account) the server is still named.
+    direct = report.build_report([], [], now=NOW, connection={"server": "10.0.0.1:443"})
+    assert direct["findings"][0]["message"].startswith("no GPU nodes in the connection given (no kubeconfig) "
+                                                       "(API server 10.0.0.1:443)")
+
+
+def test_a_gpu_node_means_no_empty_finding():
+    assert "empty" not in kinds(build([h100("ok")]))
+
+
+# -- what a report says about the fleet, apart from its time -----------------------------------------------------
+
+def test_content_view_leaves_out_only_what_time_changes():
+    earlier = build([h100("old", state="pending")], stuck_after_s=30)
+    later = report.build_report([h100("old", state="pending")], [], now=NOW + datetime.timedelta(seconds=90),
+                                options={"stuck_after_s": 30})
+    assert earlier != later
+    assert earlier["generated_at"] != later["generated_at"]
+    assert earlier["nodes"][0]["state_seconds"] == 60 and later["nodes"][0]["state_seconds"] == 150
+    assert report.content_view(earlier) == report.content_view(later)
+    view = report.content_view(earlier)
+    assert "generated_at" not in view and "state_seconds" not in view["nodes"][0]
+    assert "seconds" not in view["findings"][0]["details"] and earlier["findings"][0]["details"]["seconds"] == 60
+
+
+def test_keep_unchanged_returns_the_previous_report_when_only_time_differs():
+    earlier = json.loads(json.dumps(build([h100("n", state="pending")], stuck_after_s=30)))
+    later = report.build_report([h100("n", state="pending")], [], now=NOW + datetime.timedelta(minutes=5),
+                                options={"stuck_after_s": 30})
+    kept = report.keep_unchanged(later, earlier)
+    assert kept == earlier and kept["generated_at"] == "2026-12-02T12:00:00Z"
+    assert list(kept) == sorted(kept), "keys in order"
+
+
+def test_keep_unchanged_returns_the_new_report_when_the_fleet_changed():
+    earlier = json.loads(json.dumps(build([h100("n")])))
+    changed = report.build_report([h100("n", allocatable={"nvidia.com/mig-1g.10gb": "3"})], [],
+                                  now=NOW + datetime.timedelta(minutes=5))
+    assert report.keep_unchanged(changed, earlier)["generated_at"] == "2026-12-02T12:05:00Z"
+    # A metric reading is content too.
+    metrics = samples("n", [(7 + i, "1g.10gb", 0.5, 1000.0, None) for i in range(7)])
+    with_metrics = report.build_report([h100("n")], [], metrics=metrics, now=NOW)
+    moved = report.build_report([h100("n")], [], now=NOW + datetime.timedelta(minutes=5),
+                                metrics=samples("n", [(7 + i, "1g.10gb", 0.6, 1000.0, None) for i in range(7)]))
+    assert report.keep_unchanged(moved, with_metrics)["generated_at"] == "2026-12-02T12:05:00Z"
+
+
+def test_keep_unchanged_without_a_usable_previous_report():
+    fresh = build([h100("n")])
+    for previous in (None, {}, {"schema_version": 0}, dict(fresh, schema_version=2),
+                     {"schema_version": 1, "nodes": ["not a node"], "findings": []},
+                     {"schema_version": 1, "nodes": [], "findings": [1]}):
+        assert report.keep_unchanged(fresh, previous) == fresh
+    assert list(report.keep_unchanged(fresh, None)) == sorted(fresh)

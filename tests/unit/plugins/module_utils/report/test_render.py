@@ -17,3 +17,14 @@ def test_renderings_show_nodes_slices_and_findings(with_metrics):
     assert html.count('<svg class="gpu"') == 2
     assert ('data-state="idle"' in html) == with_metrics
     assert 'data-kind="stuck" data-node="m"' in html
+
+
+def test_a_report_of_no_gpu_node_is_not_shown_as_clean():
+    from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import build as report
+
+    built = report.build_report([], [], connection={"kubeconfig": "/k/config", "context": "dev", "server": "h:6443"})
+    table = report_render.render_table(built)
+    assert "No findings." not in table
+    assert "[W] empty         cluster: no GPU nodes in context dev of kubeconfig /k/config (API server h:6443)" in table
+    html = report_render.render_html(built)
+    assert '<div class="finding warning" data-kind="empty" data-node="">' in html and "No findings." not in html

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-module: gpu_cluster_facts
+module: gpu_cluster_info
 short_description: Fleet report of GPU nodes, MIG layouts, slices, drift, stuck nodes and idle slices
 version_added: 0.1.0
 description:
@@ -21,7 +21,10 @@ description:
     disagree), C(stuck) (state pending or rebooting beyond O(stuck_after), C(failed), operands left
     C(paused-for-mig-change)), C(idle) (a slice held by a pod whose engine activity stayed below O(idle_below)),
     C(unallocatable) (pods Pending for a resource no node offers), C(suggestion) (a layout per node from
-    observed memory use and pending requests, checked with the planner).
+    observed memory use and pending requests, checked with the planner), C(empty) (no GPU node at all).
+  - A report of no GPU node is not a clean one - a wrong kubeconfig or context reads a cluster without GPUs just as
+    well. It has an C(empty) finding of severity V(warning) and an Ansible warning, both naming the kubeconfig, the
+    context (the kubeconfig's current one when O(context) is not set), the API server and the label selector.
   - The report follows a versioned JSON schema (returned in RV(schema)); see docs/report.md.
 author:
   - gpufleet maintainers (@gpufleet)
@@ -100,7 +103,7 @@ requirements:
 
 EXAMPLES = r"""
 - name: Fleet report with Prometheus
-  gpufleet.gpu_operator.gpu_cluster_facts:
+  gpufleet.gpu_operator.gpu_cluster_info:
     kubeconfig: ~/.kube/config
     prometheus_url: http://prometheus.monitoring:9090
     formats: [table, html]
@@ -127,7 +130,10 @@ report:
       type: int
       sample: 1
     generated_at:
-      description: When the report was built, ISO 8601 UTC.
+      description:
+        - When the report was built, ISO 8601 UTC. With RV(report.nodes[].state_seconds) and the C(seconds) of a stuck
+          finding's details, the only part of the report that changes with time alone; the role
+          C(gpufleet.gpu_operator.gpu_report) leaves report.json as it is when nothing else changed.
       returned: always
       type: str
     metrics_source:
@@ -292,13 +298,13 @@ report:
                   returned: always
                   type: float
     findings:
-      description: Drift, stuck, idle, unallocatable and suggestion findings, each with node and action.
+      description: Drift, stuck, idle, unallocatable, suggestion and empty findings, each with node and action.
       returned: always
       type: list
       elements: dict
       contains:
         kind:
-          description: V(drift), V(stuck), V(idle), V(unallocatable) or V(suggestion).
+          description: V(drift), V(stuck), V(idle), V(unallocatable), V(suggestion) or V(empty) (no GPU node).
           returned: always
           type: str
         severity:
@@ -324,7 +330,8 @@ report:
         details:
           description:
             - The finding's data, whose keys depend on RV(report.findings[].kind) (for example C(pod),
-              C(resource), C(count) for unallocatable; C(gpus), C(mig_parted_config), C(feasible) for a suggestion).
+              C(resource), C(count) for unallocatable; C(gpus), C(mig_parted_config), C(feasible) for a suggestion;
+              C(kubeconfig), C(context), C(server), C(label_selector), C(nodes_listed) for empty).
           returned: always
           type: dict
     totals:
@@ -365,6 +372,7 @@ metrics_error:
   type: str
 """
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import access
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import build as report
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import metrics as dcgm_metrics
@@ -403,6 +411,19 @@ def read_metrics(module, pods):
     return samples, source, metrics_error
 
 
+def connection(module):
+    """Where the nodes are read: the kubeconfig (a path, or "(mapping)"), the context (the kubeconfig's current one
+    when none is given), the API server and the label selector."""
+    params = module.params
+    names = access.connection_names(params)
+    if not names["context"] and names["kubeconfig"]:
+        kubeconfig = params.get("kubeconfig")
+        names["context"] = access.current_context(kubeconfig if isinstance(kubeconfig, dict) else names["kubeconfig"])
+    names["server"] = module.server
+    names["label_selector"] = params["label_selector"] or None
+    return names
+
+
 def fleet_report(module):
     params = module.params
     ops = module.ops()
@@ -412,7 +433,10 @@ def fleet_report(module):
     built = report.build_report(
         nodes, pods, metrics=dcgm_metrics.pivot(samples), metrics_source=source,
         options={"idle_below": params["idle_below"], "stuck_after_s": params["stuck_after"],
-                 "window_s": params["window"]})
+                 "window_s": params["window"]}, connection=connection(module))
+    for finding in built["findings"]:
+        if finding["kind"] == "empty":
+            module.warn("%s. %s." % (finding["message"], finding["action"][0].upper() + finding["action"][1:]))
     result = dict(changed=False, report=built, schema=report.REPORT_SCHEMA)
     if "table" in params["formats"]:
         result["table"] = report_render.render_table(built)
