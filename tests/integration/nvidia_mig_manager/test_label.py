@@ -70,8 +70,8 @@ def test_nvidias_mig_manager_publishes_its_generated_config_and_a_cdi_spec(nvidi
     config = yaml.safe_load(cm.data["config.yaml"])
     assert config["mig-configs"]["all-1g.10gb"] == [{"devices": "all", "mig-enabled": True,
                                                      "mig-devices": {"1g.10gb": 7}}], config["mig-configs"].keys()
-    pod = [p for p in testbed.core.list_namespaced_pod(nvidia_cluster.namespace, label_selector="app=nvidia-mig-manager",
-                                                       field_selector="spec.nodeName=%s" % name).items]
+    pod = testbed.core.list_namespaced_pod(nvidia_cluster.namespace, label_selector="app=nvidia-mig-manager",
+                                           field_selector="spec.nodeName=%s" % name).items
     assert [(o.kind, o.name) for o in cm.metadata.owner_references] == [("Pod", pod[0].metadata.name)]
 
     nvidia_cluster.label(name, CONFIG, "all-3g.40gb")

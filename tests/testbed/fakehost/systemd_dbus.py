@@ -460,7 +460,7 @@ class Server:
         sock.bind(self.socket_path.name)
         sock.listen(16)
         while True:
-            client, _ = sock.accept()
+            client = sock.accept()[0]
             with self.lock:
                 self.count += 1
                 conn = Connection(self, client, ":1.%d" % self.count)
