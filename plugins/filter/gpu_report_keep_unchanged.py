@@ -36,6 +36,12 @@ options:
 """
 
 EXAMPLES = r"""
+- name: Read the fleet report
+  gpufleet.gpu_operator.gpu_cluster_info:
+  delegate_to: localhost
+  run_once: true
+  register: fleet
+
 - name: Write report.json only when the fleet changed
   ansible.builtin.copy:
     content: "{{ fleet.report | gpufleet.gpu_operator.gpu_report_keep_unchanged(previous_text) | to_nice_json(indent=2) }}\n"
@@ -43,6 +49,8 @@ EXAMPLES = r"""
     mode: "0644"
   vars:
     previous_text: "{{ lookup('ansible.builtin.file', '/srv/reports/report.json', errors='ignore') | default('', true) }}"
+  delegate_to: localhost
+  run_once: true
 """
 
 RETURN = r"""

@@ -31,7 +31,7 @@ options:
 
 EXAMPLES = r"""
 - name: Read the fleet report
-  gpufleet.gpu_operator.gpu_cluster_facts:
+  gpufleet.gpu_operator.gpu_cluster_info:
   delegate_to: localhost
   run_once: true
   register: fleet
