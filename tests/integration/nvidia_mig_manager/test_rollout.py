@@ -3,7 +3,7 @@ a cluster of its own with NVIDIA's v26.7.0 chart and controller), run by ansible
 ServiceAccount, as tests/integration/reconfigure/test_rollout.py runs it against the simulator."""
 
 from tests.integration.nvidia_mig_manager.test_label import gpu_instances, mig_modes, nvidia_node
-from tests.integration.reconfigure.conftest import PLAYBOOK, RBAC_FILE, SA_NAME, SA_NAMESPACE, Runner, node_view
+from tests.integration.reconfigure.conftest import PLAYBOOK, Runner, apply_automation_rbac, node_view
 from tests.integration.reconfigure.test_rollout import CONFIG, STATE, rollout_vars, rows_of, wait_advertised
 from tests.testbed.agents.pytest_agents import nvml_lib_dir
 from tests.testbed.pytest_cluster import unique_name
@@ -11,8 +11,7 @@ from tests.testbed.pytest_cluster import unique_name
 
 def test_mig_reconfigure_rolls_a_node_through_nvidias_mig_manager(nvidia_cluster, add_nvidia_node, tmp_path):
     bed = nvidia_cluster.testbed
-    bed.kubectl("apply", "-f", str(RBAC_FILE))
-    runner = Runner(bed.serviceaccount_kubeconfig(SA_NAMESPACE, SA_NAME), tmp_path / "ansible")
+    runner = Runner(apply_automation_rbac(bed), tmp_path / "ansible")
     name = nvidia_node(nvidia_cluster, add_nvidia_node, "nvroll")
     wait_advertised(bed, name)
     host_vars = {name: {"mig_reconfigure_host_environment": {
