@@ -523,15 +523,6 @@ def get_api_client(params):
     return trace_calls(api_client, window=window, timeout=request_timeouts(params.get("request_timeout")))
 
 
-def api_client_from_module(module):
-    """Build a client for an AnsibleModule, failing it with a clear message on bad settings."""
-    require_kubernetes(module)
-    try:
-        return get_api_client(module.params)
-    except KubeAuthError as exc:
-        module.fail_json(msg=str(exc))
-
-
 def server_message(exc):
     """The API server's own message in an ApiException's body (a Status object), else the body as it is."""
     body = getattr(exc, "body", None) or ""

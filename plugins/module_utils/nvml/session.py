@@ -49,10 +49,6 @@ def _decode(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _err_name(exc):
-    return type(exc).__name__.replace("NVMLError_", "") if pynvml else str(exc)
-
-
 def _is(exc, *names):
     return any(isinstance(exc, getattr(pynvml, "NVMLError_" + n, ())) for n in names)
 

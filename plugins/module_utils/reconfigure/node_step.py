@@ -486,6 +486,3 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
         outcome["node"] = clear_marker(ops, node_name)
     return outcome
 
-
-def now():
-    return time.monotonic()
