@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: gpu_report_keep_unchanged
 short_description: The fleet report to write - the one written before when only its time differs
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Compares a fleet report just built (M(gpufleet.gpu_operator.gpu_cluster_info)'s C(report)) with the one written
     before (the content of report.json) and returns the previous one when both say the same about the fleet, else
