@@ -1,10 +1,13 @@
 # The other ansible-core releases meta/runtime.yml's requires_ansible claims: sanity and the unit tests run on each,
 # in a venv of its own (.venv-ansible-<version>); the main venv (requirements/dev.txt) runs lint, sanity, unit and
-# integration on 2.19. ansible-core 2.20 and later need Python >= 3.12.
-ANSIBLE_CORE_VERSIONS := 2.20.10 2.21.5
-# The first Python >= 3.12 found: python3.13 or python3.12 on PATH, else pyenv's installed versions.
-PYTHON_NEW ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/3.1[23]*/bin/python3; do \
-	"$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
+# integration on the newest, 2.21. 2.19 runs on Python 3.11, the oldest Python the collection supports on the
+# controller; 2.20 on the main venv's Python (>= 3.12, which ansible-core 2.20 needs).
+ANSIBLE_CORE_VERSIONS := 2.19.14 2.20.10
+# The first Python 3.11 found: python3.11 on PATH, else pyenv's installed 3.11.
+PYTHON_OLDEST ?= $(shell for p in python3.11 $$HOME/.pyenv/versions/3.11*/bin/python3; do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
+PYTHON_FOR_2.19.14 = $(PYTHON_OLDEST)
+PYTHON_FOR_2.20.10 = $(PYTHON)
 ANSIBLE_VERSIONS_STAMP = .venv-ansible-$(1)/.setup-$(shell cat requirements/runtime.txt requirements/unit.txt requirements/constraints.txt | sha256sum | cut -c1-16)
 
 .PHONY: ansible-versions $(foreach v,$(ANSIBLE_CORE_VERSIONS),sanity-$(v) unit-$(v))
@@ -13,9 +16,9 @@ ansible-versions: $(foreach v,$(ANSIBLE_CORE_VERSIONS),sanity-$(v) unit-$(v)) ##
 
 define ANSIBLE_VERSION_RULES
 $(call ANSIBLE_VERSIONS_STAMP,$(1)): requirements/runtime.txt requirements/unit.txt requirements/constraints.txt
-	@test -n "$(PYTHON_NEW)" || { echo "ansible-core $(1) needs Python >= 3.12: none found (python3.13, python3.12, ~/.pyenv/versions/3.12*)" >&2; exit 1; }
-	@echo "[ansible-versions] ansible-core $(1) with $(PYTHON_NEW) in .venv-ansible-$(1)"
-	@test -x .venv-ansible-$(1)/bin/python || $(PYTHON_NEW) -m venv .venv-ansible-$(1)
+	@test -n "$(PYTHON_FOR_$(1))" || { echo "ansible-core $(1): no Python for it found (mk/ansible-versions.mk: PYTHON_OLDEST is python3.11 or ~/.pyenv/versions/3.11*, PYTHON is >= 3.12)" >&2; exit 1; }
+	@echo "[ansible-versions] ansible-core $(1) with $(PYTHON_FOR_$(1)) in .venv-ansible-$(1)"
+	@test -x .venv-ansible-$(1)/bin/python || $(PYTHON_FOR_$(1)) -m venv .venv-ansible-$(1)
 	.venv-ansible-$(1)/bin/python -m pip install -q ansible-core==$(1) -r requirements/runtime.txt -r requirements/unit.txt -c requirements/constraints.txt
 	@rm -f .venv-ansible-$(1)/.setup-*; touch $$@
 

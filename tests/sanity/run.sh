@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # ansible-test needs the collection at ansible_collections/<ns>/<name>; run it on a fresh copy of
-# the tracked and new files, with the local Python (ANSIBLE_TEST_PYTHON, 3.11 by default; no containers). The
+# the tracked and new files, with the local Python (ANSIBLE_TEST_PYTHON, by default the version of the python3 first on PATH; no containers). The
 # ansible-test run is the one first on PATH (the main venv's, or an ansible-core versions venv: mk/ansible-versions.mk).
 set -euo pipefail
-export ANSIBLE_TEST_PYTHON=${ANSIBLE_TEST_PYTHON:-3.11}
+export ANSIBLE_TEST_PYTHON=${ANSIBLE_TEST_PYTHON:-$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')}
 root=$(git rev-parse --show-toplevel)
 work=$(mktemp -d "$root/build/sanity.XXXXXX" 2>/dev/null || { mkdir -p "$root/build"; mktemp -d "$root/build/sanity.XXXXXX"; })
 trap 'rm -rf "$work"' EXIT

@@ -42,8 +42,10 @@ def test_dependencies_have_upper_bounds_and_real_urls():
     assert __version__ in claimed, __version__
     makefile = (ROOT / "mk" / "ansible-versions.mk").read_text()
     tested = re.search(r"^ANSIBLE_CORE_VERSIONS := (.+)$", makefile, re.M).group(1).split()
-    # The main venv's ansible 12 is ansible-core 2.19; the versions venvs add 2.20 and 2.21.
-    minors = ["2.19"] + sorted({".".join(v.split(".")[:2]) for v in tested})
+    # The main venv's ansible 14 is ansible-core 2.21; the versions venvs add 2.19 and 2.20.
+    dev = (ROOT / "requirements" / "dev.txt").read_text()
+    assert re.search(r"^ansible==14\.", dev, re.M), "requirements/dev.txt does not pin ansible 14 (ansible-core 2.21)"
+    minors = sorted({".".join(v.split(".")[:2]) for v in tested} | {"2.21"})
     assert minors == ["2.19", "2.20", "2.21"], minors
     assert all(v in claimed for v in tested) and "2.19.0" in claimed
     assert "2.22.0" not in claimed and "2.18.99" not in claimed

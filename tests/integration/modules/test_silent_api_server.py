@@ -98,7 +98,9 @@ def test_a_missing_kubeconfig_path_and_a_wrong_context_are_named(silent_server, 
     tasks = [{"name": name, "gpufleet.gpu_operator.mig_rollout_lock": args, "ignore_errors": True}
              for name, args in cases]
     path = runner.workdir / "kubeconfigs.yml"
-    path.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    # ansible-core 2.21 returns a task's module arguments (``invocation``) only when asked to (INJECT_INVOCATION).
+    play = {"hosts": "localhost", "gather_facts": False, "vars": {"ansible_inject_invocation": True}, "tasks": tasks}
+    path.write_text(yaml.safe_dump([play]))
     run = runner.playbook(path, [], timeout=300)
     msg = run.task("missing")["msg"]
     assert msg == "no usable Kubernetes connection: kubeconfig %s does not exist" % missing, msg
