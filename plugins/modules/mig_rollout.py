@@ -302,8 +302,8 @@ EXAMPLES = r"""
         profile: all-1g.10gb
       - group: a100_nodes
         profile: all-balanced
-    groups:
-      a100_nodes: "{{ groups['a100_nodes'] | gpufleet.gpu_operator.gpu_node_names(hostvars) | list }}"
+    groups:  # the role gives each group's GPU hosts by node name: groups[name] | gpu_node_names(hostvars)
+      a100_nodes: [gpu-node-03, gpu-node-04]
     phase: plan
   run_once: true
   delegate_to: localhost
