@@ -579,6 +579,10 @@ rows:
       description: Node name.
       returned: always
       type: str
+    target:
+      description: The MIG config this node was to reach (from O(node_configs), O(profiles) or O(config)).
+      returned: always
+      type: str
     model:
       description: GPU model name, or null.
       returned: always
