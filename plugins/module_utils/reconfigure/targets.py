@@ -134,8 +134,8 @@ def check_profiles(profiles, groups=None):
                               % (where, type(entry).__name__))
         unknown = sorted(str(k) for k in entry if k not in ENTRY_KEYS)
         if unknown:
-            raise TargetError("%s has unknown field(s) %s (supported: %s)" % (where, ", ".join(unknown),
-                                                                            ", ".join(ENTRY_KEYS)))
+            raise TargetError("%s has unknown field(s) %s (supported: %s)"
+                              % (where, ", ".join(unknown), ", ".join(ENTRY_KEYS)))
         profile = entry.get("profile")
         if not isinstance(profile, string_types):
             raise TargetError("%s.profile must be a MIG config name (a string), got %s"
