@@ -485,4 +485,3 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
         where["stage"] = "clear"
         outcome["node"] = clear_marker(ops, node_name)
     return outcome
-

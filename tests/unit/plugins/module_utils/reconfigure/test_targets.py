@@ -11,9 +11,9 @@ LABELS = {"h1": {"pool": "h100"}, "h2": {"pool": "h100", "zone": "b"}, "a1": {"p
           "x1": {"pool": "other"}}
 
 
-def refusal(profiles, groups=GROUPS):
+def refusal(profiles):
     with pytest.raises(TargetError) as exc:
-        targets.check_profiles(profiles, groups)
+        targets.check_profiles(profiles, GROUPS)
     return str(exc.value)
 
 
