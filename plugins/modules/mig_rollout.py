@@ -55,9 +55,37 @@ options:
     elements: str
     required: true
   config:
-    description: The MIG config name to apply (for example V(all-balanced) or V(all-1g.10gb)), resolved per node.
+    description:
+      - The MIG config name to apply (for example V(all-balanced) or V(all-1g.10gb)), resolved per node.
+      - With O(profiles) or O(node_configs), the config of the nodes they do not name (the entries win); without it
+        those nodes are left out (RV(unmatched_nodes)). One of O(config), O(profiles) or O(node_configs) is required.
     type: str
-    required: true
+  profiles:
+    description:
+      - Per-group targets - a list of entries, each a dict with C(profile) (the MIG config name for the nodes it
+        matches) and exactly one of C(group) (a key of O(groups), an inventory group) or C(node_selector) (a
+        Kubernetes label selector matched against the node's labels as the cluster gives them - a string in
+        kubectl's syntax such as V(nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3,pool in (a,b)), or a dict of label
+        to value that must all be equal).
+      - A node two entries match is refused before any change, naming the node and both entries. A node no entry
+        matches takes O(config), or is left out of the plan and the rollout when O(config) is not given.
+      - The entries are matched once per call, when the nodes are read. The
+        C(gpufleet.gpu_operator.mig_reconfigure) role matches them with O(phase=plan) only and gives the later
+        calls the plan's RV(node_configs), so that a label the rollout itself changes does not change a target.
+      - Bad entries (not a dict, unknown fields, neither or both of C(group) and C(node_selector), an empty or
+        malformed C(profile) or selector, a group not in O(groups), more than 100 entries) are refused before any
+        API call, naming the entry (V(profiles[N]), from 0) and the field.
+    type: list
+    elements: raw
+  groups:
+    description:
+      - For the C(group) entries of O(profiles), inventory group name -> the node names of its GPU hosts.
+    type: dict
+  node_configs:
+    description:
+      - Node name -> MIG config, as RV(node_configs) of O(phase=plan) returns them; wins over O(config). Not with
+        O(profiles).
+    type: dict
   phase:
     description: V(plan) only reads; V(apply) reconfigures the nodes; V(release) finishes nodes held by O(hold_cordon).
     type: str
@@ -87,7 +115,7 @@ options:
     description:
       - With O(phase=release), the O(rows) an apply with O(hold_cordon=true) returned.
       - When omitted, the nodes of O(nodes) held are found from the cluster (cordoned by the rollout, the
-        C(gpufleet.io/mig-target-config) marker at O(config), MIG Manager at success, allocatable and GFD labels
+        C(gpufleet.io/mig-target-config) marker at the node's target config, MIG Manager at success, allocatable and GFD labels
         matching the plan); the others are left alone.
     type: list
     elements: dict
@@ -266,6 +294,29 @@ EXAMPLES = r"""
   run_once: true
   delegate_to: localhost
 
+- name: Plan two node pools to two configs in one plan (H100 by label, A100 by inventory group)
+  gpufleet.gpu_operator.mig_rollout:
+    nodes: "{{ ansible_play_hosts_all | gpufleet.gpu_operator.gpu_node_names(hostvars) | list }}"
+    profiles:
+      - node_selector: nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3
+        profile: all-1g.10gb
+      - group: a100_nodes
+        profile: all-balanced
+    groups:  # the role gives each group's GPU hosts by node name: groups[name] | gpu_node_names(hostvars)
+      a100_nodes: [gpu-node-03, gpu-node-04]
+    phase: plan
+  run_once: true
+  delegate_to: localhost
+  register: pools_plan
+
+- name: Roll out what that plan chose for each node
+  gpufleet.gpu_operator.mig_rollout:
+    nodes: "{{ pools_plan.order }}"
+    node_configs: "{{ pools_plan.node_configs }}"
+    max_unavailable: 2
+  run_once: true
+  delegate_to: localhost
+
 - name: Reconfigure a node and keep it cordoned for a hardware check
   gpufleet.gpu_operator.mig_rollout:
     nodes: [gpu-node-02]
@@ -294,6 +345,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+node_configs:
+  description: Each planned node's target MIG config (node name -> config), from O(node_configs), O(profiles) or O(config).
+  returned: phase=plan or check mode
+  type: dict
+  sample: {gpu-h100-1: all-1g.10gb, gpu-a100-1: all-balanced}
+unmatched_nodes:
+  description: Nodes of O(nodes) that no entry of O(profiles) matched while O(config) is not given; left out, unchanged.
+  returned: phase=plan or check mode
+  type: list
+  elements: str
 plan:
   description: The pre-flight of every node, in O(nodes) order (after an apply, of the nodes started).
   returned: always
@@ -516,6 +577,10 @@ rows:
   contains:
     node:
       description: Node name.
+      returned: always
+      type: str
+    target:
+      description: The MIG config this node was to reach (from O(node_configs), O(profiles) or O(config)).
       returned: always
       type: str
     model:
@@ -929,17 +994,21 @@ timeline:
       type: float
 """
 
+from ansible.module_utils.six import string_types
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, options, timeline
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import targets as targets_mod
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.rollout import Rollout
 
 D = options.DEFAULTS
 
 
-def roll(module):
+def roll(module, entries):
     params = module.params
-    targets = [(name, params["config"]) for name in params["nodes"] if name]
-    engine = Rollout(module.new_api_client, targets, params, observer=timeline.Timeline())
+    configs, default = params["node_configs"] or {}, (params["config"] or "").strip() or None
+    targets = [(name, configs.get(name) or params["config"]) for name in params["nodes"] if name]
+    selection = targets_mod.Selection(entries, default) if params["profiles"] is not None else None
+    engine = Rollout(module.new_api_client, targets, params, observer=timeline.Timeline(), selection=selection)
     if params["phase"] == "plan" or module.check_mode:
         result, error = engine.plan(check_mode=module.check_mode, diff=module._diff)
     else:
@@ -951,10 +1020,29 @@ def roll(module):
     return result
 
 
+def check_targets(module, nodes):
+    """The entries of profiles, checked; every node has a config (node_configs, else config) when there are none."""
+    params = module.params
+    try:
+        entries = targets_mod.check_profiles(params["profiles"], params["groups"])
+    except targets_mod.TargetError as exc:
+        module.fail_json(msg="%s; nothing was changed" % exc)
+    if params["profiles"] is not None:
+        return entries
+    configs = params["node_configs"] or {}
+    for name, config in sorted(configs.items()):
+        if not isinstance(config, string_types) or not targets_mod.LABEL_VALUE.match(config):
+            module.fail_json(msg="node_configs.%s must be a MIG config name, got %r" % (name, config))
+    missing = [n for n in nodes if n not in configs]
+    if missing and not (params["config"] or "").strip():
+        module.fail_json(msg="node_configs names no config for %s and config is empty" % ", ".join(missing))
+    return entries
+
+
 def check(module):
     """Bad input refused before any API call, naming the option."""
     params = module.params
-    if not (params["config"] or "").strip():
+    if params["profiles"] is None and not params["node_configs"] and not (params["config"] or "").strip():
         module.fail_json(msg="config is empty: name the MIG config to roll out (e.g. all-balanced)")
     nodes = [n for n in params["nodes"] if n]
     if not nodes:
@@ -975,13 +1063,16 @@ def check(module):
     for key in ("drain_timeout", "apply_timeout", "verify_timeout"):
         if params[key] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (key, params[key]))
-    return nodes
+    return nodes, check_targets(module, nodes)
 
 
 def main():
     module = KubeModule(dict(
         nodes=dict(type="list", elements="str", required=True),
-        config=dict(type="str", required=True),
+        config=dict(type="str"),
+        profiles=dict(type="list", elements="raw"),
+        groups=dict(type="dict"),
+        node_configs=dict(type="dict"),
         phase=dict(type="str", choices=["plan", "apply", "release"], default="apply"),
         max_unavailable=dict(type="raw"),
         canary=dict(type="bool", default=True),
@@ -1017,8 +1108,10 @@ def main():
         )),
     ), names={"nodes[]": "name", "operator_namespace": "namespace", "lock.name": "name", "lock.namespace": "namespace"},
         numbers={"grace_period": {"minimum": 0}, "eviction_retry_delay": {"minimum": 0}, "lock.duration": {"minimum": 10}},
-        supports_check_mode=True)
-    module.run(roll, node=check(module))
+        mutually_exclusive=[("profiles", "node_configs")], required_one_of=[("config", "profiles", "node_configs")],
+        required_by={"groups": "profiles"}, supports_check_mode=True)
+    nodes, entries = check(module)
+    module.run(lambda m: roll(m, entries), node=nodes)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
     RequestCounter,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import api_error_message
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import labels_of
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import connection_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import (
     batches,
@@ -43,6 +44,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure 
     snapshot,
     tables,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import targets as targets_mod
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.cluster_view import ClusterView
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
     LeaseRenewer,
@@ -71,7 +73,7 @@ class Rollout(object):
     follow_timeout, progress_file, events, lock and the node procedure's options.py DEFAULTS); ``observer`` a
     timeline.Observer."""
 
-    def __init__(self, new_api_client, targets, params, observer=None):
+    def __init__(self, new_api_client, targets, params, observer=None, selection=None):
         self.started = time.monotonic()
         self.targets = list(targets)
         self.names = [name for name, _config in self.targets]
@@ -80,9 +82,11 @@ class Rollout(object):
         self.counter = RequestCounter()
         self.ops_factory = lambda: KubeOps(new_api_client(), self.counter)  # one ApiClient per worker thread
         self.hardware = params.get("hardware") or {}
-        self.width = len(self.names)
-        if params.get("max_unavailable") is not None:
-            self.width = batches.batch_size(params["max_unavailable"], len(self.names))
+        self.width = self.window_width()
+        # ``selection`` (targets.Selection): each node's config is chosen from its labels once they are read; the
+        # nodes of ``targets`` are then the candidates, and those it leaves out are ``unmatched``.
+        self.selection = selection
+        self.unmatched = []
         self.warnings = []
         self.ctx = None
         self.tracker = None
@@ -98,6 +102,34 @@ class Rollout(object):
         self.room = None
         self.known_pods = None
 
+    def window_width(self):
+        if self.params.get("max_unavailable") is not None and self.names:
+            return batches.batch_size(self.params["max_unavailable"], len(self.names))
+        return len(self.names)
+
+    def choose_targets(self, nodes=None):
+        """Each candidate's config from ``selection`` over the nodes' labels (``nodes``: name -> node as read; listed
+        here when the selection needs labels and none are given). Raises targets.TargetError."""
+        if self.selection is None:
+            return
+        if nodes is None:
+            listed = self.ctx.ops.list_nodes(managed_fields=False).get("items") or [] \
+                if self.selection.needs_labels else []
+            nodes = dict((n["metadata"]["name"], n) for n in listed)
+        labels = dict((name, labels_of(node)) for name, node in nodes.items() if isinstance(node, dict))
+        self.targets, self.unmatched = self.selection.assign([name for name, _config in self.targets], labels)
+        self.names = [name for name, _config in self.targets]
+        self.width = self.window_width()
+        if not self.targets:
+            raise targets_mod.TargetError(
+                "no node matched an entry of profiles and no default config is given (%s): nothing to roll out"
+                % ", ".join(self.unmatched))
+
+    def selected(self, result):
+        """``result`` with each planned node's config and the nodes left out."""
+        result.update(node_configs=dict(self.targets), unmatched_nodes=list(self.unmatched))
+        return result
+
     # -- steps ---------------------------------------------------------------------------------------------
 
     def run_steps(self, steps):
@@ -108,6 +140,10 @@ class Rollout(object):
 
     def read_policy(self):
         self.ctx = preflight.Context(self.ops_factory, self.params)
+        try:
+            self.choose_targets()
+        except targets_mod.TargetError as exc:
+            raise Refused(str(exc), self.selected(dict(changed=False, api_requests=self.requests())))
 
     def count_room(self):
         """The cluster changes between the plan and each call: count again before anything changes, and run the
@@ -125,6 +161,8 @@ class Rollout(object):
         self.order_note = preflight.order_note(choice, False)
         if stranded:
             rows = [not_started_row(n, "node %s not started: evicted pods would find no room" % n) for n in to_change]
+            for row in rows:
+                row["target"] = dict(self.targets).get(row["node"])
             raise Refused(preflight.refusal(self.config_text(), to_change, stranded), dict(
                 changed=False, plan=plans, plan_table=tables.plan_table(plans), stranded=stranded,
                 capacity_warnings=[capacity.shortage_text(s) for s in stranded], rows=rows,
@@ -165,6 +203,8 @@ class Rollout(object):
         else:
             held = [r for r in self.params["rows"] if r.get("node") in target_of]
             self.rows = release.release_all(self.ctx, held, target_of, self.hardware)
+        for row in self.rows:
+            row.setdefault("target", target_of.get(row["node"]))
         self.reasons = [r["message"] for r in self.rows if r["result"] in ("failed", "invalid")]
 
     # -- what the steps hold ---------------------------------------------------------------------------------
@@ -244,16 +284,20 @@ class Rollout(object):
         evicted pods will find, the node order and the canary and batches. Changes nothing. With ``check_mode``
         the result says whether the phase would change anything."""
         phase = self.params.get("phase") or "plan"
-        self.read_policy()
+        self.ctx = preflight.Context(self.ops_factory, self.params)
         snap = snapshot.read_fleet(self.ctx.ops, self.ctx, self.names)
+        try:
+            self.choose_targets(snap.nodes)
+        except targets_mod.TargetError as exc:
+            return self.selected(dict(changed=False, api_requests=self.requests())), str(exc)
         plans = preflight.plan_fleet(self.ctx, snap, self.targets, self.hardware)
         to_change = [p["node"] for p in plans if not p.get("at_target")]
         hold = any(n in self.hardware for n in to_change)
         stranded, choice = preflight.capacity_check(snap, plans, to_change, self.width, self.params["canary"], hold) \
             if phase != "release" else ([], None)
         to_change = choice["order"] if choice else to_change
-        result = dict(changed=False, plan=plans, plan_table=tables.plan_table(plans),
-                      invalid_nodes=[p["node"] for p in plans if p["errors"]],
+        result = self.selected(dict(changed=False, plan=plans, plan_table=tables.plan_table(plans)))
+        result.update(invalid_nodes=[p["node"] for p in plans if p["errors"]],
                       batches=batches.cut(to_change, self.width, canary=self.params["canary"], hold=hold),
                       window=self.width, hold_cordon=hold, order=to_change,
                       order_note=preflight.order_note(choice, self.params["canary"]),
@@ -302,6 +346,8 @@ class Rollout(object):
             self.read_policy()
             with self.lease(), self.progress():
                 self.release_nodes()
+        except Refused as exc:
+            return exc.result, str(exc)
         except LockHeld as exc:
             return self.lock_refusal(exc)
         return self.outcome(), self.halt_message()

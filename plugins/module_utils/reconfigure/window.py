@@ -80,6 +80,7 @@ class Window(object):
             slot = Slot(not_started_row(pair[0], "node %s: unexpected error: %s; the node is as the error left it "
                                         "(a re-run resumes it)" % (pair[0], procedure.unexpected_text(exc))), reason=True)
             slot.row["result"] = "failed"
+        slot.row.setdefault("target", pair[1])  # the MIG config this node was to reach
         self.observer.node_finished(slot.row)
         return slot
 

@@ -60,20 +60,25 @@ class Runner(object):
         env.pop("KUBECONFIG", None)
         return env
 
-    def inventory(self, nodes, name="inventory.yml", host_vars=None):
+    def inventory(self, nodes, name="inventory.yml", host_vars=None, groups=None):
+        """``groups``: further inventory groups, name -> their hosts (each also in gpu_nodes)."""
         path = self.workdir / name
         hosts = dict((n, dict({"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
                               **(host_vars or {}).get(n, {}))) for n in nodes)
+        children = {"gpu_nodes": {"hosts": hosts}}
+        children.update((group, {"hosts": dict((h, {}) for h in members)}) for group, members in (groups or {}).items())
         path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
             "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
-            "children": {"gpu_nodes": {"hosts": hosts}}}}))
+            "children": children}}))
         return path
 
     def playbook(self, playbook, nodes, extra_vars=None, check=False, timeout=600, popen=False, host_vars=None,
-                 diff=False):
-        """Run ``playbook`` with ``nodes`` as the gpu_nodes hosts (connection local; ``host_vars`` per node)."""
+                 diff=False, groups=None):
+        """Run ``playbook`` with ``nodes`` as the gpu_nodes hosts (connection local; ``host_vars`` per node;
+        ``groups``: further inventory groups, name -> hosts)."""
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
-               "-i", str(self.inventory(nodes or [], host_vars=host_vars)), "-e", json.dumps(extra_vars or {})]
+               "-i", str(self.inventory(nodes or [], host_vars=host_vars, groups=groups)),
+               "-e", json.dumps(extra_vars or {})]
         if check:
             cmd.append("--check")
         if diff:

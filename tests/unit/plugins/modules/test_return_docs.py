@@ -24,6 +24,7 @@ _RESOURCES = "keys are extended resource names (nvidia.com/gpu, nvidia.com/mig-*
 
 # (module, dotted return path) -> why the value has no fixed keys.
 FREE_FORM = {
+    ("mig_rollout", "node_configs"): "node name -> MIG config name; the keys are the nodes",
     ("gpu_drain", "evicted.gpu_resources"): _RESOURCES,
     ("gpu_drain", "would_evict.gpu_resources"): _RESOURCES,
     ("gpu_drain", "planned_evictions.gpu_resources"): _RESOURCES,
