@@ -136,3 +136,11 @@ def test_a_killed_run_leaves_no_keeper_renewing(testbed, runner):
     finally:
         stop(proc)
         testbed.kubectl("delete", "lease", "-n", SA_NAMESPACE, lock, check=False)
+
+
+def test_check_mode_takes_no_lease_and_starts_no_keeper(testbed, runner):
+    lock = unique_name("keeper-check")
+    taken = runner.module("mig_rollout_lock", {"namespace": SA_NAMESPACE, "name": lock, "holder": "check-run",
+                                               "duration": DURATION, "keep": True}, check=True)
+    assert not taken["failed"] and taken["changed"] and "keeper" not in taken, taken
+    assert lease(testbed, lock) is None
