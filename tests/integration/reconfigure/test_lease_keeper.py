@@ -53,8 +53,8 @@ def slow_play(runner, lock, holder):
     play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
         {"name": "Take the lock", "gpufleet.gpu_operator.mig_rollout_lock": dict(lock_args, duration=DURATION,
                                                                                  keep=True), "register": "taken"},
-        {"name": "Show the keeper", "ansible.builtin.copy": {"content": "{{ taken.keeper | to_json }}",
-                                                            "dest": str(keeper_file), "mode": "0600"}},
+        {"name": "Show the keeper", "ansible.builtin.copy": {
+            "content": "{{ taken.keeper | to_json }}", "dest": str(keeper_file), "mode": "0600"}},
         {"name": "A slow step", "ansible.builtin.wait_for": {"path": str(go), "timeout": 300}},
         {"name": "Release the lock", "gpufleet.gpu_operator.mig_rollout_lock": dict(lock_args, state="absent")},
     ]}]
