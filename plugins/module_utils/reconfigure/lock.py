@@ -404,6 +404,11 @@ class LeaseKeeper(object):
             self.sleep(KEEPER_POLL_S)
         else:
             self.state["ended"] = "terminated (SIGTERM)"
+        if self.run_pid and not pid_alive(self.run_pid):  # nobody is left to read the state: no file left behind
+            for done in (self.path, self.path + ".stop"):
+                if os.path.exists(done):
+                    os.remove(done)
+            return
         self.save()
 
 

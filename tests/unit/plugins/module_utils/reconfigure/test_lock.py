@@ -220,3 +220,10 @@ def test_the_run_process_is_the_outermost_ansible_playbook_ancestor(tmp_path):
     assert rollout_lock.run_process(50, proc=str(tmp_path)) == 30
     assert rollout_lock.run_process(20, proc=str(tmp_path)) is None
     assert rollout_lock.run_process(99, proc=str(tmp_path)) is None
+
+
+def test_a_keeper_whose_run_ended_leaves_no_file_behind(keeper_dir, monkeypatch):
+    monkeypatch.setattr(rollout_lock, "pid_alive", lambda pid: False)
+    monkeypatch.setattr(rollout_lock.signal, "signal", lambda *args: None)
+    rollout_lock.LeaseKeeper(KeptLock(), run_pid=4242, sleep=lambda s: None).run()
+    assert list(keeper_dir.iterdir()) == []
