@@ -16,7 +16,12 @@ description:
     with the current holder named.
   - A lease whose holder stopped renewing it (a killed controller) expires after O(duration) seconds and is
     then taken over, so a re-run can resume the rollout. O(break_lock) takes a live lease explicitly.
-  - The rollout modules renew the lease while they work (see M(gpufleet.gpu_operator.mig_rollout)).
+  - The rollout modules renew the lease while they work (see M(gpufleet.gpu_operator.mig_rollout)). With
+    O(keep=true) a keeper process started by this call renews it between module calls too, every O(duration)/3
+    seconds, until V(absent) of the same holder stops it, the lease is lost, the run's C(ansible-playbook) process
+    ends, or O(keep_max_run) seconds pass. A lease lost meanwhile (taken, deleted, or no longer renewed past
+    O(keep_max_run)) is recorded, and the run's next M(gpufleet.gpu_operator.mig_rollout) call and V(absent)
+    fail naming the lease.
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
   - gpufleet.gpu_operator.attributes
@@ -50,10 +55,28 @@ options:
     description: Take the lease even from a live holder. Only when that holder is known to be gone.
     type: bool
     default: false
+  keep:
+    description:
+      - With V(present), start a keeper process on the host running the module (the controller, with
+        C(delegate_to=localhost)) that renews the lease every O(duration)/3 seconds until V(absent) of the same
+        holder stops it.
+      - The keeper stops by itself within a second of the run's C(ansible-playbook) process ending (found among
+        the module's ancestors through C(/proc); without it, only the lease and O(keep_max_run) end it), when the
+        lease is taken or deleted, or after O(keep_max_run) seconds. After the run's process ended the lease
+        expires O(duration) seconds after its last renewal.
+      - V(absent) asks the keeper to stop and waits for it (up to 10 seconds) before deleting the lease, and fails
+        naming the lease when the keeper lost it.
+      - Not in check mode (no keeper is started).
+    type: bool
+    default: false
+  keep_max_run:
+    description: Seconds after which the keeper stops renewing the lease and records it as lost (the longest run).
+    type: int
+    default: 86400
 attributes:
   check_mode:
     support: full
-    details: Reports whether the lease would be taken or refused without writing it.
+    details: Reports whether the lease would be taken or refused without writing it; no keeper is started or stopped.
   diff_mode:
     support: none
 author:
@@ -73,7 +96,15 @@ EXAMPLES = r"""
   delegate_to: localhost
   run_once: true
 
-- name: Release it
+- name: Take it and keep it renewed between module calls until released
+  gpufleet.gpu_operator.mig_rollout_lock:
+    holder: "{{ rollout_holder }}"
+    duration: 60
+    keep: true
+  delegate_to: localhost
+  run_once: true
+
+- name: Release it (stops the keeper first; fails naming the lease when the keeper lost it)
   gpufleet.gpu_operator.mig_rollout_lock:
     holder: "{{ rollout_holder }}"
     state: absent
@@ -115,6 +146,37 @@ lease:
       description: The holder of the expired or broken Lease this run took over; null when there was none or it was ours.
       returned: when the Lease existed before this run
       type: str
+keeper:
+  description:
+    - With O(keep=true) and V(present), the keeper as started; with V(absent), the last state of the keeper it stopped.
+  returned: when a keeper was started or stopped
+  type: dict
+  contains:
+    pid:
+      description: The keeper's process id on the host running the module.
+      returned: always
+      type: int
+    run_pid:
+      description: The run's C(ansible-playbook) process the keeper watches; null when none was found.
+      returned: always
+      type: int
+    renewed:
+      description: When the keeper last renewed the lease (the controller's clock); null before its first renewal.
+      returned: always
+      type: str
+    lapses:
+      description: Each time the lease went unrenewed past its duration (API server unreachable) and was renewed again.
+      returned: always
+      type: list
+      elements: str
+    lost:
+      description: Why the keeper gave the lease up (taken, deleted, past O(keep_max_run)); null while it held it.
+      returned: always
+      type: str
+    ended:
+      description: Why the keeper ended; null while it runs.
+      returned: always
+      type: str
 outcome:
   description: For state=absent, V(released), V(absent) or V(held by <holder>).
   returned: when state=absent
@@ -122,7 +184,47 @@ outcome:
 """
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import LockHeld, RolloutLock
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import (
+    LockHeld,
+    RolloutLock,
+    run_process,
+    start_keeper,
+    stop_keeper,
+)
+
+KEEPER_FIELDS = ("pid", "run_pid", "renewed", "lapses", "lost", "ended")
+
+
+def keeper_view(state):
+    return dict((field, (state or {}).get(field)) for field in KEEPER_FIELDS)
+
+
+def release(module, lock):
+    # The keeper first, so that no renewal of it races the delete.
+    kept = None if module.check_mode else stop_keeper(lock)
+    changed, outcome = lock.release(check_mode=module.check_mode)
+    result = dict(changed=changed, outcome=outcome)
+    if kept is not None:
+        result["keeper"] = keeper_view(kept)
+        if kept.get("lost"):
+            module.fail_json(msg="the run lost its rollout lock %s/%s between module calls: %s" % (
+                lock.namespace, lock.name, kept["lost"]), **result)
+    return result
+
+
+def keep(module, lock):
+    """Start the keeper with a client of its own (the module's connections stay the module's), after one renewal
+    through it: the keeper runs only code this process has loaded."""
+    params = module.params
+    keeper_lock = RolloutLock(KubeOps(module.new_api_client()).custom, lock.namespace, lock.name, lock.holder,
+                              lock.duration_s, description=lock.description)
+    keeper_lock.renew()
+    state = start_keeper(keeper_lock, run_process(), params["keep_max_run"])
+    if state is None:
+        module.fail_json(msg="the keeper of rollout lock %s/%s did not start; the lock is held, release it with "
+                         "state=absent" % (lock.namespace, lock.name), changed=True)
+    return keeper_view(state)
 
 
 def take_or_release(module):
@@ -131,10 +233,12 @@ def take_or_release(module):
                        description=params["description"])
     try:
         if params["state"] == "absent":
-            changed, outcome = lock.release(check_mode=module.check_mode)
-            return dict(changed=changed, outcome=outcome)
+            return release(module, lock)
         changed, view = lock.acquire(break_lock=params["break_lock"], check_mode=module.check_mode)
-        return dict(changed=changed, lease=view)
+        result = dict(changed=changed, lease=view)
+        if params["keep"] and not module.check_mode:
+            result["keeper"] = keep(module, lock)
+        return result
     except LockHeld as exc:
         module.fail_json(msg=str(exc), lease=exc.lease)
 
@@ -148,7 +252,9 @@ def main():
         duration=dict(type="int", default=120),
         description=dict(type="str", default=""),
         break_lock=dict(type="bool", default=False),
-    ), names={"name": "name", "namespace": "namespace"},
+        keep=dict(type="bool", default=False),
+        keep_max_run=dict(type="int", default=86400),
+    ), names={"name": "name", "namespace": "namespace"}, numbers={"keep_max_run": {"minimum": 1}},
         supports_check_mode=True)
     if module.params["duration"] < 10:
         module.fail_json(msg="duration must be at least 10 seconds, got %s" % module.params["duration"])

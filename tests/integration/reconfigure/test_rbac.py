@@ -8,6 +8,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tests.integration.reconfigure.conftest import LOCK_NAME, PLAYBOOK, RBAC_FILE, SA_NAME, SA_NAMESPACE, Runner, node_view
+from tests.integration.reconfigure.test_lease_keeper import alive
 from tests.integration.reconfigure.test_rollout import CONFIG, STATE, rows_of, wait_advertised
 
 CONTROLLER_LEASE = "53822513.nvidia.com"
@@ -41,6 +42,10 @@ def test_a_rollout_runs_under_the_file_alone(testbed, gpu_cluster, add_gpu_node,
     assert rows_of(result)[node]["result"] == "reconfigured", rows_of(result)[node]
     assert result.task("Take the rollout lock")["lease"]["holder"].startswith("mig-reconfigure-")
     assert result.task("Release the rollout lock")["outcome"] == "released"
+    # The keeper renewed the Lease between the module calls, and the release stopped it before deleting the Lease.
+    keeper = result.task("Release the rollout lock")["keeper"]
+    assert keeper["ended"] == "stopped by the release" and keeper["lost"] is None, keeper
+    assert not alive(result.task("Take the rollout lock")["keeper"]["pid"])
     labels = node_view(testbed, node)["labels"]
     assert labels[CONFIG] == "all-1g.10gb" and labels[STATE] == "success"
     assert testbed.kubectl("get", "lease", "-n", SA_NAMESPACE, LOCK_NAME, check=False).returncode != 0

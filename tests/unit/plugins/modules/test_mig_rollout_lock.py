@@ -15,3 +15,8 @@ def test_holder_is_required_and_state_is_a_choice(tmp_path):
     assert result["failed"] and "holder" in result["msg"]
     result = run_module(tmp_path, "mig_rollout_lock", holder="me", state="taken")
     assert result["failed"] and "state" in result["msg"] and "present" in result["msg"]
+
+
+def test_keep_max_run_below_one_second_is_refused(tmp_path):
+    result = run_module(tmp_path, "mig_rollout_lock", holder="me", keep=True, keep_max_run=0)
+    assert result["failed"] and result["msg"] == "keep_max_run must be >= 1, got 0"

@@ -81,7 +81,7 @@ def test_the_renewer_keeps_trying_through_an_outage(monkeypatch):
     import urllib3
 
     class Flaky(object):
-        duration_s = 3
+        namespace, name, holder, duration_s = "ns", "lock", "me", 3
         calls = 0
 
         def renew(self):
@@ -100,7 +100,7 @@ def test_the_renewer_says_the_lease_is_lost_once_renewals_fail_past_its_duration
     import urllib3
 
     class Down(object):
-        namespace, name, duration_s = "gpu-operator", "gpufleet-mig-rollout", 0.3
+        namespace, name, holder, duration_s = "gpu-operator", "gpufleet-mig-rollout", "me", 0.3
         calls = 0
 
         def renew(self):
@@ -115,3 +115,115 @@ def test_the_renewer_says_the_lease_is_lost_once_renewals_fail_past_its_duration
         assert "gpu-operator/gpufleet-mig-rollout not renewed" in renewer.lost()
     renewer.error = "lost rollout lock gpu-operator/gpufleet-mig-rollout (holder now b)"
     assert renewer.lost() == renewer.error
+
+
+# -- the keeper: the Lease renewed between module calls ---------------------------------------------------------
+
+class KeptLock(object):
+    namespace, name, holder, duration_s = "gpu-operator", "gpufleet-mig-rollout", "run-1", 30
+
+    def __init__(self, fail=None):
+        self.renewals = 0
+        self.fail = fail
+
+    def renew(self):
+        if self.fail is not None:
+            raise self.fail
+        self.renewals += 1
+
+
+@pytest.fixture
+def keeper_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(rollout_lock.tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_the_keeper_renews_every_third_of_the_duration(keeper_dir):
+    lock = KeptLock()
+    keeper = rollout_lock.LeaseKeeper(lock, max_run_s=1000)
+    looked = (10.0, 0.0, None)
+    for now in (1.0, 5.0, 9.9):
+        keeper.clock = lambda now=now: now
+        looked = keeper.step(0.0, *looked)
+    assert lock.renewals == 0
+    keeper.clock = lambda: 10.0
+    looked = keeper.step(0.0, *looked)
+    assert lock.renewals == 1 and looked[0] == 20.0
+    assert rollout_lock.read_keeper(lock)["renewed"] is not None
+    assert rollout_lock.keeper_loss(lock) is None
+
+
+def test_the_keeper_records_a_lost_lease_for_the_next_call(keeper_dir):
+    lock = KeptLock(fail=LockHeld("lost rollout lock gpu-operator/gpufleet-mig-rollout (holder now nobody)"))
+    keeper = rollout_lock.LeaseKeeper(lock, clock=lambda: 10.0)
+    assert keeper.step(0.0, 10.0, 0.0, None) is None
+    keeper.save()
+    assert "gpu-operator/gpufleet-mig-rollout" in rollout_lock.keeper_loss(lock)
+    # mig_rollout's renewer refuses to start on it
+    with pytest.raises(LockHeld, match="holder now nobody"):
+        LeaseRenewer(lock).__enter__()
+
+
+def test_the_keeper_keeps_trying_through_an_outage_and_records_the_lapse(keeper_dir):
+    import urllib3
+
+    lock = KeptLock(fail=urllib3.exceptions.MaxRetryError(None, "/leases", ConnectionRefusedError(111, "refused")))
+    keeper = rollout_lock.LeaseKeeper(lock, clock=lambda: 10.0)
+    looked = keeper.step(0.0, 10.0, 0.0, None)
+    assert looked == (20.0, 0.0, looked[2]) and "refused" in looked[2]
+    lock.fail = None
+    keeper.clock = lambda: 40.0
+    looked = keeper.step(0.0, *looked)
+    assert looked == (50.0, 40.0, None)
+    assert keeper.state["lost"] is None and "not renewed for 40s" in keeper.state["lapses"][0]
+
+
+def test_the_keeper_ends_at_its_maximum_run_time_as_a_loss(keeper_dir):
+    keeper = rollout_lock.LeaseKeeper(KeptLock(), max_run_s=100, clock=lambda: 100.0)
+    assert keeper.step(0.0, 10.0, 0.0, None) is None
+    assert "maximum run time of 100s" in keeper.state["lost"]
+
+
+def test_the_keeper_ends_when_the_run_ends_or_the_release_asks(keeper_dir, monkeypatch):
+    lock = KeptLock()
+    monkeypatch.setattr(rollout_lock, "pid_alive", lambda pid: False)
+    keeper = rollout_lock.LeaseKeeper(lock, run_pid=4242, clock=lambda: 1.0)
+    assert keeper.step(0.0, 10.0, 0.0, None) is None
+    assert "process 4242 ended" in keeper.state["ended"] and keeper.state["lost"] is None
+    monkeypatch.setattr(rollout_lock, "pid_alive", lambda pid: True)
+    keeper = rollout_lock.LeaseKeeper(lock, run_pid=4242, clock=lambda: 1.0)
+    (keeper_dir / (keeper.path.rsplit("/", 1)[1] + ".stop")).write_text("")
+    assert keeper.step(0.0, 10.0, 0.0, None) is None
+    assert keeper.state["ended"] == "stopped by the release" and lock.renewals == 0
+
+
+def test_stopping_a_keeper_that_ended_returns_its_state_and_removes_its_files(keeper_dir):
+    lock = KeptLock()
+    keeper = rollout_lock.LeaseKeeper(lock)
+    keeper.state.update(ended="Lease lost", lost="taken")
+    keeper.save()
+    assert rollout_lock.stop_keeper(lock)["lost"] == "taken"
+    assert rollout_lock.read_keeper(lock) is None and list(keeper_dir.iterdir()) == []
+    assert rollout_lock.stop_keeper(lock) is None
+
+
+def test_the_run_process_is_the_outermost_ansible_playbook_ancestor(tmp_path):
+    def proc(pid, parent, *argv):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        (tmp_path / str(pid) / "stat").write_bytes(b"%d (py (x)) S %d 1 1" % (pid, parent))
+
+    proc(50, 40, "/bin/sh", "-c", "python3 AnsiballZ_mig_rollout_lock.py")
+    proc(40, 30, "/venv/bin/python3", "/venv/bin/ansible-playbook", "site.yml")  # the worker
+    proc(30, 20, "/venv/bin/python3", "/venv/bin/ansible-playbook", "site.yml")  # the run
+    proc(20, 1, "bash")
+    assert rollout_lock.run_process(50, proc=str(tmp_path)) == 30
+    assert rollout_lock.run_process(20, proc=str(tmp_path)) is None
+    assert rollout_lock.run_process(99, proc=str(tmp_path)) is None
+
+
+def test_a_keeper_whose_run_ended_leaves_no_file_behind(keeper_dir, monkeypatch):
+    monkeypatch.setattr(rollout_lock, "pid_alive", lambda pid: False)
+    monkeypatch.setattr(rollout_lock.signal, "signal", lambda *args: None)
+    rollout_lock.LeaseKeeper(KeptLock(), run_pid=4242, sleep=lambda s: None).run()
+    assert list(keeper_dir.iterdir()) == []
