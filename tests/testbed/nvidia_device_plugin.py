@@ -14,7 +14,9 @@ simulated NVML (LD_LIBRARY_PATH, GPUFLEET_SIM_NVML_STATE). Only the host's OS bo
   in the node's work dir, with the node's ``<work-dir>/device-plugins`` bound at ``/var/lib/kubelet/device-plugins``:
   the plugin serves its sockets in pluginapi.DevicePluginPath, a path fixed in its source (internal/plugin/server.go
   getPluginSocketPath), and finds kubelet.sock there (KUBELET_SOCKET's default), as the pod's hostPath volume
-  ``device-plugin`` gives it on a real node. The host's /var/lib is not written.
+  ``device-plugin`` gives it on a real node. The host's /var/lib is not written;
+* ``/proc/driver``: ``<work-dir>/proc-driver``, holding ``nvidia-caps/mig-minors``, the driver's MIG capability table
+  (tests/testbed/fakehost/nvidia_caps.py); the plugin reads it to build each MIG device's device-node paths.
 
 Logs: ``<work-dir>/device-plugin.log`` (NVIDIA's process, stdout and stderr, as the container log) and, for ``run``,
 ``<work-dir>/kubelet.log`` (the endpoint).
@@ -58,6 +60,7 @@ mkdir -p "$work/upper/var-lib" "$work/overlay-work/var-lib"
 mount -t overlay gpufleet-var-lib -o "lowerdir=/var/lib,upperdir=$work/upper/var-lib,workdir=$work/overlay-work/var-lib" /var/lib
 mkdir -p /var/lib/kubelet/device-plugins
 mount --bind "$work/device-plugins" /var/lib/kubelet/device-plugins
+mount --bind "$work/proc-driver" /proc/driver
 exec "$@"
 """
 
@@ -90,8 +93,16 @@ class NvidiaDevicePlugin:
         return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", NAMESPACE_SCRIPT,
                 "gpufleet-device-plugin-ns", str(self.work), str(binary("nvidia-device-plugin"))]
 
-    def start(self):
+    def prepare(self):
+        from tests.testbed.fakehost.nvidia_caps import mig_minors
+
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        caps = self.work / "proc-driver" / "nvidia-caps"
+        caps.mkdir(parents=True, exist_ok=True)
+        (caps / "mig-minors").write_text(mig_minors())
+
+    def start(self):
+        self.prepare()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), env=self.environment(), stdout=log,  # pylint: disable=consider-using-with
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
