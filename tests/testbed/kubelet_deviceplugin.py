@@ -123,6 +123,7 @@ class Kubelet:
         self._generation = 0
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._timers = []
         self.server = None
 
     @property
@@ -196,7 +197,11 @@ class Kubelet:
             self.devices[resource] = {d: "Unhealthy" for d in self.devices.get(resource, {})}
             self._changed.notify_all()
         self.status(resource, count, 0)
-        threading.Timer(self.grace, self._expire, args=(resource, generation)).start()
+        timer = threading.Timer(self.grace, self._expire, args=(resource, generation))
+        timer.daemon = True
+        with self._lock:
+            self._timers.append(timer)
+        timer.start()
 
     def _expire(self, resource, generation):
         with self._lock:
@@ -218,6 +223,9 @@ class Kubelet:
             self.server = None
         with self._lock:
             streams, self._streams = list(self._streams.values()), {}
+            timers, self._timers = self._timers, []
+        for timer in timers:
+            timer.cancel()
         for channel, _ in streams:
             channel.close()
         if self.socket.exists():
