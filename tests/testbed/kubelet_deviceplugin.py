@@ -226,7 +226,7 @@ class Kubelet:
             timers, self._timers = self._timers, []
         for timer in timers:
             timer.cancel()
-        for channel, _ in streams:
+        for channel, _generation in streams:
             channel.close()
         if self.socket.exists():
             self.socket.unlink()
