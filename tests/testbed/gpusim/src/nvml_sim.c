@@ -1410,3 +1410,62 @@ EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t d, nvmlDeviceAttribu
 EXPORT nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t d, nvmlDeviceAttributes_t *a) {
     return nvmlDeviceGetAttributes_v2(d, a);
 }
+
+/* ---- events (nvmlEventSet*, what NVIDIA's device plugin health check waits on) ----
+ * The simulated hardware raises no events: registration succeeds for the ECC and Xid types a data-center GPU
+ * supports, and a wait returns NVML_ERROR_TIMEOUT after its timeout (without holding the API lock). */
+#define NVML_EVENT_TYPE_SINGLE_BIT_ECC 0x1ULL
+#define NVML_EVENT_TYPE_DOUBLE_BIT_ECC 0x2ULL
+#define NVML_EVENT_TYPE_XID_CRITICAL 0x8ULL
+#define EVENT_SET_MAGIC 0x45564e54u
+typedef struct { unsigned magic; unsigned long long types; } sim_event_set;
+typedef sim_event_set *nvmlEventSet_t;
+typedef struct {
+    nvmlDevice_t device; unsigned long long eventType, eventData; unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    ENTER();
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    sim_event_set *s = calloc(1, sizeof *s);
+    if (!s) return NVML_ERROR_MEMORY;
+    s->magic = EVENT_SET_MAGIC;
+    *set = s;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    API_GUARD;
+    if (!set || set->magic != EVENT_SET_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    set->magic = 0;
+    free(set);
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
+    ENTER();
+    gpu_t *g;
+    TRY(resolve_gpu_only(d, &g));
+    if (!types) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = NVML_EVENT_TYPE_SINGLE_BIT_ECC | NVML_EVENT_TYPE_DOUBLE_BIT_ECC | NVML_EVENT_TYPE_XID_CRITICAL;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set) {
+    ENTER();
+    gpu_t *g;
+    TRY(resolve_gpu_only(d, &g));
+    if (!set || set->magic != EVENT_SET_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~(NVML_EVENT_TYPE_SINGLE_BIT_ECC | NVML_EVENT_TYPE_DOUBLE_BIT_ECC | NVML_EVENT_TYPE_XID_CRITICAL))
+        return NVML_ERROR_NOT_SUPPORTED;
+    set->types |= types;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    {
+        API_GUARD;
+        if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+        if (!set || set->magic != EVENT_SET_MAGIC || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    usleep((useconds_t)timeoutms * 1000u);
+    return NVML_ERROR_TIMEOUT;
+}
+EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    return nvmlEventSetWait_v2(set, data, timeoutms);
+}
