@@ -994,7 +994,6 @@ timeline:
       type: float
 """
 
-from ansible.module_utils.six import string_types
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import batches, options, timeline
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import targets as targets_mod
@@ -1031,7 +1030,7 @@ def check_targets(module, nodes):
         return entries
     configs = params["node_configs"] or {}
     for name, config in sorted(configs.items()):
-        if not isinstance(config, string_types) or not targets_mod.LABEL_VALUE.match(config):
+        if not isinstance(config, str) or not targets_mod.LABEL_VALUE.match(config):
             module.fail_json(msg="node_configs.%s must be a MIG config name, got %r" % (name, config))
     missing = [n for n in nodes if n not in configs]
     if missing and not (params["config"] or "").strip():

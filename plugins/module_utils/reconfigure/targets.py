@@ -17,7 +17,6 @@ __metaclass__ = type
 
 import re
 
-from ansible.module_utils.six import string_types
 
 # Bounds on the input, so that a mistaken variable (a whole inventory pasted in) is refused, not planned.
 MAX_ENTRIES = 100
@@ -63,14 +62,14 @@ def parse_selector(value, where):
             raise TargetError("%s has %d labels, at most %d" % (where, len(value), MAX_SELECTOR_TERMS))
         requirements = []
         for key in sorted(value, key=str):
-            if not isinstance(key, string_types) or not LABEL_KEY.match(key):
+            if not isinstance(key, str) or not LABEL_KEY.match(key):
                 raise TargetError("%s: %r is not a label name" % (where, key))
             label = value[key]
-            if isinstance(label, bool) or not isinstance(label, string_types + (int, float)):
+            if isinstance(label, bool) or not isinstance(label, (str, int, float)):
                 raise TargetError("%s.%s must be a string label value, got %s" % (where, key, type(label).__name__))
             requirements.append((key, "=", (str(label),)))
         return requirements
-    if not isinstance(value, string_types):
+    if not isinstance(value, str):
         raise TargetError("%s must be a label selector string (a=b,c in (x,y)) or a dict of labels, got %s"
                           % (where, type(value).__name__))
     if not value.strip():
@@ -137,7 +136,7 @@ def check_profiles(profiles, groups=None):
             raise TargetError("%s has unknown field(s) %s (supported: %s)"
                               % (where, ", ".join(unknown), ", ".join(ENTRY_KEYS)))
         profile = entry.get("profile")
-        if not isinstance(profile, string_types):
+        if not isinstance(profile, str):
             raise TargetError("%s.profile must be a MIG config name (a string), got %s"
                               % (where, "nothing" if profile is None else type(profile).__name__))
         if not profile.strip():
@@ -152,7 +151,7 @@ def check_profiles(profiles, groups=None):
         checked = {"index": index, "profile": profile}
         if "group" in entry:
             group = entry["group"]
-            if not isinstance(group, string_types) or not group.strip():
+            if not isinstance(group, str) or not group.strip():
                 raise TargetError("%s.group must be an inventory group name (a non-empty string), got %r"
                                   % (where, group))
             if group not in groups:
@@ -161,7 +160,7 @@ def check_profiles(profiles, groups=None):
         else:
             selector = entry["node_selector"]
             checked.update(requirements=parse_selector(selector, where + ".node_selector"),
-                           selector_text=selector if isinstance(selector, string_types) else ",".join(
+                           selector_text=selector if isinstance(selector, str) else ",".join(
                                "%s=%s" % (k, selector[k]) for k in sorted(selector)))
         entries.append(checked)
     return entries
