@@ -25,6 +25,9 @@ INTEGRATION_DEPS :=
 TEST_EXTRA :=
 # Single-shot: a flaky test is a defect to find (docs/testing.md); add --reruns 2 here only when hunting one locally.
 INTEGRATION_PYTEST_ARGS ?=
+# pytest-xdist processes for the integration tests, each with its own testbed cluster; a test file stays on one
+# process (--dist loadfile: its module fixtures are shared). 0 runs them in the make process's pytest alone.
+INTEGRATION_WORKERS ?= 2
 -include mk/*.mk
 
 .PHONY: help setup lint sanity unit integration test demo demo-down build clean
@@ -69,7 +72,7 @@ unit: setup ## unit tests of the pure logic
 	$(BIN)/python -m pytest tests/unit -q
 
 integration: setup $(INTEGRATION_DEPS) ## integration tests against the testbed and the simulators
-	$(BIN)/python -m pytest tests/integration -q $(INTEGRATION_PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration -q $(if $(filter-out 0,$(INTEGRATION_WORKERS)),-n $(INTEGRATION_WORKERS) --dist loadfile) $(INTEGRATION_PYTEST_ARGS)
 
 build: setup ## ansible-galaxy collection build
 	mkdir -p build && $(BIN)/ansible-galaxy collection build --force --output-path build .

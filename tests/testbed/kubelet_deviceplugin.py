@@ -25,10 +25,12 @@ Log: stdout/stderr of ``serve`` (one line per registration, stream answer and no
 """
 
 import argparse
+import fcntl
 import hashlib
 import importlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import tarfile
@@ -69,21 +71,35 @@ def stubs():
     digest = hashlib.sha256(tarball.read_bytes()).hexdigest()[:12]
     out = cache_root() / "deviceplugin-api" / ("%s-grpcio-tools-%s" % (digest, version("grpcio-tools")))
     if not (out / "api_pb2_grpc.py").is_file():
-        from grpc_tools import protoc
-
-        out.mkdir(parents=True, exist_ok=True)
-        member = "k8s-device-plugin-%s/%s" % (DEVICE_PLUGIN_VERSION, PROTO_IN_TARBALL)
-        with tarfile.open(tarball) as archive:
-            proto = archive.extractfile(member).read()
-        (out / "api.proto").write_bytes(proto)
-        include = Path(protoc.__file__).parent / "_proto"
-        rc = protoc.main(["grpc_tools.protoc", "-I%s" % out, "-I%s" % include, "--python_out=%s" % out,
-                          "--grpc_python_out=%s" % out, str(out / "api.proto")])
-        if rc != 0 or not (out / "api_pb2_grpc.py").is_file():
-            raise RuntimeError("grpc_tools.protoc could not generate the device-plugin API stubs in %s" % out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        # Parallel test workers share the cache: one generates, the others wait and import its result.
+        with open(str(out) + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (out / "api_pb2_grpc.py").is_file():
+                _generate_stubs(tarball, out)
     if str(out) not in sys.path:
         sys.path.insert(0, str(out))
     return importlib.import_module("api_pb2"), importlib.import_module("api_pb2_grpc")
+
+
+def _generate_stubs(tarball, out):
+    """Generate into a scratch directory and rename it to `out`, so `out` only ever holds a complete set."""
+    from grpc_tools import protoc
+
+    scratch = out.with_name(out.name + ".partial")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    member = "k8s-device-plugin-%s/%s" % (DEVICE_PLUGIN_VERSION, PROTO_IN_TARBALL)
+    with tarfile.open(tarball) as archive:
+        proto = archive.extractfile(member).read()
+    (scratch / "api.proto").write_bytes(proto)
+    include = Path(protoc.__file__).parent / "_proto"
+    rc = protoc.main(["grpc_tools.protoc", "-I%s" % scratch, "-I%s" % include, "--python_out=%s" % scratch,
+                      "--grpc_python_out=%s" % scratch, str(scratch / "api.proto")])
+    if rc != 0 or not (scratch / "api_pb2_grpc.py").is_file():
+        raise RuntimeError("grpc_tools.protoc could not generate the device-plugin API stubs in %s" % scratch)
+    shutil.rmtree(out, ignore_errors=True)
+    scratch.rename(out)
 
 
 class NodeStatus:

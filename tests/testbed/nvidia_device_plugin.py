@@ -23,13 +23,13 @@ Logs: ``<work-dir>/device-plugin.log`` (NVIDIA's process, stdout and stderr, as 
 """
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tests.testbed.node_process import NodeProcess, spawn, stop_group
 from tests.testbed.nvidia_mig_manager import binary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ exec "$@"
 """
 
 
-class NvidiaDevicePlugin:
+class NvidiaDevicePlugin(NodeProcess):
     """One node's nvidia-device-plugin process. Its kubelet is whatever serves `<work-dir>/device-plugins/kubelet.sock`
     (tests/testbed/kubelet_deviceplugin.Kubelet on `plugin_dir`)."""
 
@@ -103,39 +103,18 @@ class NvidiaDevicePlugin:
 
     def start(self):
         self.prepare()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), env=self.environment(), stdout=log,  # pylint: disable=consider-using-with
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = spawn(self.command(), self.log_path, env=self.environment())
         return self
-
-    def running(self):
-        return self.proc is not None and self.proc.poll() is None
 
     def stop(self):
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(15)  # the health check's NVML event wait returns every 5 s
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        stop_group(proc, 15)  # the health check's NVML event wait returns every 5 s
 
     def restart(self, env=None):
         """Stop and start again, with `env` over the current environment (a new MIG_STRATEGY, say)."""
         self.stop()
         self.env.update(env or {})
         return self.start()
-
-    def log_tail(self, lines=40):
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 def main(argv=None):

@@ -27,12 +27,13 @@ Logs: ``<work-dir>/mig-manager.log`` (NVIDIA's process, stdout and stderr, as th
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tests.testbed.node_process import NodeProcess, spawn, stop_group
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_NVIDIA = REPO_ROOT / "tests" / "testbed" / "build-nvidia.sh"
@@ -137,7 +138,7 @@ def write_pci_devices(state_path, directory):
             stale.rmdir()
 
 
-class NvidiaMigManager:
+class NvidiaMigManager(NodeProcess):
     """One node's nvidia-mig-manager process and its fake systemd, started and stopped together."""
 
     def __init__(self, node, state_path, work_dir, kubeconfig, nvml_lib_dir, namespace="gpu-operator", env=None,
@@ -204,44 +205,21 @@ class NvidiaMigManager:
         self.work.mkdir(parents=True, exist_ok=True)
         self.prepare()
         socket_path = self.work / "host" / BUS_SOCKET
-        with open(self.work / "systemd.log", "ab") as log:
-            self.systemd = subprocess.Popen(  # pylint: disable=consider-using-with
-                [sys.executable, "-m", "tests.testbed.fakehost.systemd_dbus", "--socket", str(socket_path),
-                 "--units", str(self.work / "systemd-units.json")],
-                stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), start_new_session=True)
+        self.systemd = spawn([sys.executable, "-m", "tests.testbed.fakehost.systemd_dbus", "--socket", str(socket_path),
+                              "--units", str(self.work / "systemd-units.json")],
+                             self.work / "systemd.log", cwd=str(REPO_ROOT))
         deadline = time.monotonic() + 10
         while not socket_path.exists():
             if self.systemd.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("fake systemd did not start: %s" % (self.work / "systemd.log").read_text()[-2000:])
             time.sleep(0.05)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), env=self.environment(), stdout=log,  # pylint: disable=consider-using-with
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = spawn(self.command(), self.log_path, env=self.environment())
         return self
-
-    def running(self):
-        return self.proc is not None and self.proc.poll() is None
 
     def stop(self):
         for proc in (self.proc, self.systemd):
-            if proc is None or proc.poll() is not None:
-                continue
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+            stop_group(proc, 10)
         self.proc = self.systemd = None
-
-    def log_tail(self, lines=40):
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
     def units(self):
         try:

@@ -101,20 +101,8 @@ class Testbed:
         return self._core
 
     def wait_for(self, predicate, timeout=60, what="condition", interval=0.2):
-        """Poll ``predicate`` until it returns something truthy (returned); fail naming ``what``."""
-        deadline = time.monotonic() + timeout
-        last = None
-        while True:
-            try:
-                last = predicate()
-            except Exception as exc:  # pylint: disable=broad-except  # keep polling, report the last error
-                last = exc
-            else:
-                if last:
-                    return last
-            if time.monotonic() >= deadline:
-                raise AssertionError("timed out after %ss waiting for %s (last result: %r)" % (timeout, what, last))
-            time.sleep(interval)
+        """Poll ``predicate`` until it returns something truthy (returned); an exception is kept polling through."""
+        return wait_until(predicate, timeout, what, interval, tolerate=Exception)
 
     # -- namespaces ------------------------------------------------------------------------
     def create_namespace(self, hint):
@@ -229,6 +217,24 @@ class Testbed:
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         path.chmod(0o600)
         return path
+
+
+def wait_until(predicate, timeout=60, what="condition", interval=0.2, tolerate=()):
+    """Poll ``predicate`` every ``interval`` s until it returns something truthy, and return that; after ``timeout`` s
+    fail naming ``what`` and the last result. Exceptions of the ``tolerate`` classes count as a falsy result."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            last = predicate()
+        except tolerate as exc:  # pylint: disable=broad-except  # the caller chose to poll through these
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %ss waiting for %s (last result: %r)" % (timeout, what, last))
+        time.sleep(interval)
 
 
 def pytest_terminal_summary(terminalreporter):

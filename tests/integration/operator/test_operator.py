@@ -6,27 +6,20 @@ custom MIG config, broken nodes.
 """
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.testbed.dcgm.exporter import DcgmSimulator
 from tests.testbed.dcgm.prometheus import Prometheus
+from tests.testbed.pytest_cluster import wait_until
 
 HERE = Path(__file__).resolve().parent
 H100_MIG_1G = 2 * 7  # op-h100 has 2 H100s; all-1g.10gb gives 7 per GPU (reference §4.2)
 
 
 def wait_for(predicate, timeout=90, what="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(1)
-    raise AssertionError("timed out after %ss waiting for %s (last: %r)" % (timeout, what, last))
+    return wait_until(predicate, timeout, what, interval=1)
 
 
 def node_labels(sandbox, name):

@@ -1,0 +1,45 @@
+"""A process the testbed runs for one simulated node (NVIDIA's MIG Manager, NVIDIA's device plugin, their helpers):
+started in a session of its own, with stdout and stderr appended to a log file, and stopped with its whole process
+group, so the mount-namespace wrappers (`unshare`, `/bin/sh`) and what they exec go together."""
+
+import os
+import signal
+import subprocess
+
+
+def spawn(command, log_path, env=None, cwd=None):
+    """Start `command` as a process-group leader, its output appended to `log_path`."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, env=env, cwd=cwd, stdout=log,  # pylint: disable=consider-using-with
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop_group(proc, grace):
+    """SIGTERM to `proc`'s process group, SIGKILL after `grace` seconds; nothing if it has already exited."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
+class NodeProcess:
+    """The main process of a node's program (`proc`) and its log (`log_path`)."""
+
+    proc = None
+    log_path = None
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines=40):
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
