@@ -33,7 +33,7 @@ _value:
   type: str
 """
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.render import resource_counts
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.text_table import resource_counts
 
 
 def gpu_report_counts(counts):

@@ -52,12 +52,7 @@ _value:
   elements: str
 """
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import short_resource_name
-
-
-def _resources(summary):
-    allocatable = (summary or {}).get("allocatable") or {}
-    return " ".join("%s=%s" % (short_resource_name(name), count) for name, count in sorted(allocatable.items()) if count) or "-"
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.text_table import resource_counts, table_lines
 
 
 def smoke_cell(passed, ran, busy, results):
@@ -82,7 +77,7 @@ def validation_rows(checks, smoke=None):
         rows.append({
             "node": node,
             "model": entry.get("product") or "-",
-            "resources": _resources(entry.get("summary")),
+            "resources": resource_counts((entry.get("summary") or {}).get("allocatable")),
             "checks": "ok" if not entry.get("problems") else "%d problem(s)" % len(entry["problems"]),
             # Which reading the labels were compared with: gpu_info on the host, or dcgm-exporter's series.
             "hardware": ("dcgm" if entry.get("hardware_source") == "dcgm" else "compared")
@@ -99,10 +94,7 @@ def validation_rows(checks, smoke=None):
 def gpu_validation_table(checks, smoke=None):
     rows = validation_rows(checks, smoke)
     columns = ("node", "model", "resources", "hardware", "checks", "smoke", "result")
-    widths = dict((c, max([len(c)] + [len(str(r[c])) for r in rows])) for c in columns)
-    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
-    for row in rows:
-        lines.append("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip())
+    lines = table_lines([c.upper() for c in columns], [[row[c] for c in columns] for row in rows])
     for row in rows:
         for failure in row["failures"]:
             lines.append("%s: %s" % (row["node"], failure))

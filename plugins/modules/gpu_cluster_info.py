@@ -76,7 +76,10 @@ options:
     type: int
     default: 900
   formats:
-    description: Renderings to return besides the report itself.
+    description:
+      - Renderings to return besides the report itself.
+      - C(html) is deprecated and will be removed in 1.0.0. The C(gpufleet.gpu_operator.gpu_report) role writes
+        report.html from one Jinja2 template (its C(gpu_report_html_template)), which is the collection's report page.
     type: list
     elements: str
     choices: [table, html]
@@ -106,7 +109,7 @@ EXAMPLES = r"""
   gpufleet.gpu_operator.gpu_cluster_info:
     kubeconfig: ~/.kube/config
     prometheus_url: http://prometheus.monitoring:9090
-    formats: [table, html]
+    formats: [table]
   register: fleet
 
 - name: Show the table
@@ -359,7 +362,8 @@ table:
   returned: when C(table) is in O(formats)
   type: str
 html:
-  description: The report as a self-contained HTML page with a picture of every GPU's slices.
+  description: The report as a self-contained HTML page with a picture of every GPU's slices (deprecated with
+    C(formats=html)).
   returned: when C(html) is in O(formats)
   type: str
 schema:
@@ -441,6 +445,9 @@ def fleet_report(module):
     if "table" in params["formats"]:
         result["table"] = report_render.render_table(built)
     if "html" in params["formats"]:
+        module.deprecate("formats 'html' of gpufleet.gpu_operator.gpu_cluster_info: the report page is the "
+                         "gpufleet.gpu_operator.gpu_report role's template (gpu_report_html_template)",
+                         version="1.0.0", collection_name="gpufleet.gpu_operator")
         result["html"] = report_render.render_html(built)
     if metrics_error:
         result["metrics_error"] = metrics_error

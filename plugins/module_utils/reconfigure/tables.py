@@ -9,8 +9,8 @@ __metaclass__ = type
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_MIG_CONFIG, labels_of
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import follow
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.text_table import table_lines
 
-NO_BREAK_SPACE = u"\u00a0"
 PLAN_COLUMNS = ("node", "model", "current", "target", "evict", "budgets", "reset/reboot", "status")
 SUMMARY_COLUMNS = ("node", "model", "before", "after", "evicted", "back", "duration", "result")
 
@@ -37,22 +37,6 @@ def current_text(node, hardware):
     return "%s (%s)" % (labels_of(node).get(LABEL_MIG_CONFIG) or "unset", layout)
 
 
-def table_cell(value):
-    """A cell's own spaces become no-break spaces (they print as spaces): Ansible's YAML result format
-    (callback_result_format=yaml, as ansible.cfg and AWX print) folds a long line at a single space past 80
-    columns, so a row with a space inside a cell (``GPU reset``) would wrap onto two lines. Columns are separated
-    by two or more spaces, where YAML never folds."""
-    return str(value).replace(" ", NO_BREAK_SPACE)
-
-
-def format_table(columns, rows):
-    """Aligned text lines, one per row after the header: column widths from the content, two spaces between."""
-    cells = [[table_cell(v) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    line = "  ".join("%-*s" % (w, c) for w, c in zip(widths, columns))
-    return [line.rstrip()] + ["  ".join("%-*s" % (w, v) for w, v in zip(widths, row)).rstrip() for row in cells]
-
-
 def plan_status(entry):
     if entry["errors"]:
         return "INVALID"
@@ -62,7 +46,7 @@ def plan_status(entry):
 
 
 def plan_table(entries):
-    return format_table(PLAN_COLUMNS, [
+    return table_lines(PLAN_COLUMNS, [
         (e["node"], e.get("model") or "?", e.get("current") or "?", e.get("target") or "?",
          str(len(e.get("pods_to_evict") or [])), ", ".join(e.get("blocking_budgets") or []) or "-",
          e.get("reset_or_reboot") or "-", plan_status(e)) for e in entries])
@@ -77,7 +61,7 @@ def back_text(row):
 def summary_table(rows):
     """The aligned table, one line per row; then, per row whose evicted pods were followed, where they run
     again and each one still away with the reason (follow.lines)."""
-    table = format_table(SUMMARY_COLUMNS, [(r["node"], r.get("model") or "?", r.get("before") or "unset",
+    table = table_lines(SUMMARY_COLUMNS, [(r["node"], r.get("model") or "?", r.get("before") or "unset",
                                             r.get("after") or "unset", str(len(r.get("evicted") or [])),
                                             back_text(r), "%.1fs" % r.get("duration_s", 0), r["result"]) for r in rows])
     return table + [line for r in rows for line in follow.lines(r["node"], r.get("follow"))]

@@ -12,6 +12,7 @@ from html import escape
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import short_resource_name
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.text_table import resource_counts, table_lines
 
 STATE_COLOURS = {"free": "#d0d4da", "busy": "#2e7d32", "idle": "#f2a900", "allocated": "#1565c0"}
 SEVERITY_MARK = {"error": "E", "warning": "W", "info": "i"}
@@ -19,18 +20,6 @@ SEVERITY_MARK = {"error": "E", "warning": "W", "info": "i"}
 
 def _percent(value):
     return "-" if value is None else "%.0f%%" % (100.0 * value)
-
-
-def resource_counts(counts):
-    return ", ".join("%s=%s" % (short_resource_name(k), v) for k, v in sorted(counts.items()) if v) or "-"
-
-
-def _table(headers, rows):
-    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)] if rows else [len(h) for h in headers]
-    lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(str(c).ljust(w) for c, w in zip(row, widths)) for row in rows)
-    return lines
 
 
 def render_table(report):
@@ -43,8 +32,8 @@ def render_table(report):
             state += " %ds" % node["state_seconds"]
         rows.append([node["name"], node["model"] or "-", node["mig_strategy"], node["mig_config"] or "-", state,
                      resource_counts(node["allocatable"]), resource_counts(node["requested"]), node["findings"]])
-    lines += _table(["NODE", "MODEL", "STRATEGY", "MIG.CONFIG", "STATE", "ALLOCATABLE", "REQUESTED", "FINDINGS"],
-                    rows)
+    lines += table_lines(["NODE", "MODEL", "STRATEGY", "MIG.CONFIG", "STATE", "ALLOCATABLE", "REQUESTED", "FINDINGS"],
+                         rows, rule=True)
     lines.append("")
     rows = []
     for node in report["nodes"]:
@@ -55,11 +44,11 @@ def render_table(report):
                              _percent(piece["engine_active"]),
                              "-" if piece["fb_used_mib"] is None else "%d MiB" % piece["fb_used_mib"]])
     if rows:
-        lines += _table(["NODE", "GPU", "GI", "PROFILE", "STATE", "POD", "ENGINE", "FB USED"], rows)
+        lines += table_lines(["NODE", "GPU", "GI", "PROFILE", "STATE", "POD", "ENGINE", "FB USED"], rows, rule=True)
         lines.append("")
     rows = [[short_resource_name(name), t["allocatable"], t["requested"], t["idle_allocated"], t["free"]]
             for name, t in sorted(report["totals"]["per_resource"].items())]
-    lines += _table(["RESOURCE", "ALLOCATABLE", "REQUESTED", "IDLE-ALLOCATED", "FREE SLICES"], rows)
+    lines += table_lines(["RESOURCE", "ALLOCATABLE", "REQUESTED", "IDLE-ALLOCATED", "FREE SLICES"], rows, rule=True)
     lines.append("")
     if report["findings"]:
         lines.append("FINDINGS")

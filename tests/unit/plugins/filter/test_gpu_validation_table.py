@@ -1,6 +1,7 @@
 """The gpu_validation_table filter: one row per node, problems listed below."""
 
 from ansible_collections.gpufleet.gpu_operator.plugins.filter.gpu_validation_table import gpu_validation_table
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.text_table import cell
 
 
 def test_validation_table():
@@ -31,4 +32,4 @@ def test_busy_resources_are_noted_not_failed():
     assert lines[2:] == ["h: smoke nvidia.com/gpu not run: all 4 nvidia.com/gpu of the node are held by its pods"]
     ran = dict(busy, resource="nvidia.com/mig-1g.18gb", ok=True, busy=None, problem=None)
     lines = gpu_validation_table(checks, {"results": [ran, busy]})
-    assert "1/1 ok, 1 busy" in lines[1] and lines[1].split()[-1] == "PASS", lines
+    assert cell("1/1 ok, 1 busy") in lines[1] and lines[1].split()[-1] == "PASS", lines

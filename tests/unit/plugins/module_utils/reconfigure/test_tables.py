@@ -1,5 +1,6 @@
 """The rollout's text: layouts, the plan and summary tables, the plan's --diff, the rollback summary."""
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils import text_table
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import procedure, tables
 
 
@@ -68,7 +69,7 @@ def test_plan_table_is_one_aligned_line_per_row():
     assert len(starts) == len(tables.PLAN_COLUMNS)
     for line in lines[1:]:
         assert column_starts(line) == starts[:len(column_starts(line))], line  # same columns, widths from content
-    nbsp = tables.NO_BREAK_SPACE
+    nbsp = text_table.NO_BREAK_SPACE
     assert lines[1].split("  ")[0] == "gpu-node-1"
     assert lines[1][starts[1]:].startswith("NVIDIA%sH100%s80GB%sHBM3" % (nbsp, nbsp, nbsp))
     assert lines[1][starts[-2]:].startswith("GPU%sreset" % nbsp) and lines[1].endswith("change")
