@@ -315,13 +315,14 @@ unwedged:
       elements: str
 """
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps, labels_of
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_MIG_CONFIG, labels_of
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step, preflight, snapshot
 
 
 def _diff(before, after):
-    return {"before": {node_step.MIG_CONFIG_LABEL: before}, "after": {node_step.MIG_CONFIG_LABEL: after}}
+    return {"before": {LABEL_MIG_CONFIG: before}, "after": {LABEL_MIG_CONFIG: after}}
 
 
 def step_or_fail(module, ctx, ops, name, target, plan, result, retrigger=False):
@@ -373,20 +374,20 @@ def act(module):
         if action == "preflight" or plan["at_target"]:
             module.exit_json(**result)
         node = ops.get_node(name)
-        before = labels_of(node).get(node_step.MIG_CONFIG_LABEL)
+        before = labels_of(node).get(LABEL_MIG_CONFIG)
         result.update(changed=True, diff=_diff(before, target))
         if module.check_mode:
             module.exit_json(**result)
         step_or_fail(module, ctx, ops, name, target, plan, result)
         module.exit_json(**result)
     node = ops.get_node(name)
-    current = labels_of(node).get(node_step.MIG_CONFIG_LABEL)
+    current = labels_of(node).get(LABEL_MIG_CONFIG)
     if action == "unwedge":
         target = target or current or (node.get("metadata", {}).get("annotations") or {}).get(
             node_step.TARGET_CONFIG_ANNOTATION)
         if not target:
             module.fail_json(msg="node %s has no %s label and no config was given: nothing to re-trigger" % (
-                name, node_step.MIG_CONFIG_LABEL))
+                name, LABEL_MIG_CONFIG))
         result = dict(changed=True)
         plan = planned_or_fail(module, ctx, ops, name, target, result)
         if module.check_mode:

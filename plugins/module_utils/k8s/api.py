@@ -100,10 +100,6 @@ def _decode(resp):
             gc.enable()
 
 
-def labels_of(obj):
-    return ((obj or {}).get("metadata") or {}).get("labels") or {}
-
-
 def annotations_of(obj):
     return ((obj or {}).get("metadata") or {}).get("annotations") or {}
 

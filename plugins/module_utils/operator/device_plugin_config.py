@@ -32,7 +32,8 @@ __metaclass__ = type
 
 import re
 
-CONFIG_LABEL = "nvidia.com/device-plugin.config"
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_DEVICE_PLUGIN_CONFIG
+
 RESOURCE_PREFIX = "nvidia.com"
 SHARED_SUFFIX = ".shared"
 MAX_RESOURCE_NAME = 63
@@ -377,11 +378,11 @@ def config_for_node(labels, config_names, default=None):
 
     None without a problem means an empty config: no sharing on that node."""
     names = set(config_names or ())
-    wanted = (labels or {}).get(CONFIG_LABEL)
+    wanted = (labels or {}).get(LABEL_DEVICE_PLUGIN_CONFIG)
     if wanted:
         if wanted in names:
             return wanted, None
-        return None, "label %s=%s names no device-plugin config (have: %s)" % (CONFIG_LABEL, wanted, ", ".join(sorted(names)) or "none")
+        return None, "label %s=%s names no device-plugin config (have: %s)" % (LABEL_DEVICE_PLUGIN_CONFIG, wanted, ", ".join(sorted(names)) or "none")
     if default:
         if default in names:
             return default, None
@@ -394,4 +395,4 @@ def selection_text(config_names, default=None):
     names = sorted(config_names or ())
     rest = ("config %r" % default) if default else "no config (no sharing: the operator's config manager falls back to an empty config)"
     return ("nodes labelled %s=<name> get that config (%s); every other node gets %s"
-            % (CONFIG_LABEL, ", ".join(names) or "none defined", rest))
+            % (LABEL_DEVICE_PLUGIN_CONFIG, ", ".join(names) or "none defined", rest))

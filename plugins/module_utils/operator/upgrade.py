@@ -16,10 +16,9 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_MIG_CONFIG, LABEL_MIG_STATE
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.lock import is_expired, lease_view
 
-LABEL_MIG_CONFIG = "nvidia.com/mig.config"
-LABEL_MIG_STATE = "nvidia.com/mig.config.state"
 BLOCKING_MIG_STATES = ("pending", "rebooting")
 
 

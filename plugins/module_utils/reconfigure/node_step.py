@@ -17,14 +17,15 @@ __metaclass__ = type
 import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import (
-    LABEL_MIG_CONFIG as MIG_CONFIG_LABEL,
-    LABEL_MIG_STATE as MIG_STATE_LABEL,
-    LABEL_MIG_STRATEGY as MIG_STRATEGY_LABEL,
+    LABEL_MIG_CONFIG,
+    LABEL_MIG_STATE,
+    LABEL_MIG_STRATEGY,
     LABEL_PRODUCT,
     PRODUCT_SHARED_SUFFIX,
     deploy_label,
     devices_advertised,
     is_gpu_pod,
+    labels_of,
     node_gpu_allocatable,
     node_ready,
     paused_deploy_labels,
@@ -37,7 +38,6 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
     ApiException,
     DeadlineExceeded,
     annotations_of,
-    labels_of,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import connection_reason
 
@@ -67,7 +67,7 @@ def active_cluster_policy(policies):
 
 def mig_strategy(policy, node):
     strategy = (((policy or {}).get("spec") or {}).get("mig") or {}).get("strategy")
-    return strategy or labels_of(node).get(MIG_STRATEGY_LABEL) or "none"
+    return strategy or labels_of(node).get(LABEL_MIG_STRATEGY) or "none"
 
 
 def with_reboot(policy):
@@ -119,7 +119,7 @@ def find_config_source(ops, policy, node_name, namespace):
 
 def mig_state(node):
     labels = labels_of(node)
-    return {"config": labels.get(MIG_CONFIG_LABEL), "state": labels.get(MIG_STATE_LABEL)}
+    return {"config": labels.get(LABEL_MIG_CONFIG), "state": labels.get(LABEL_MIG_STATE)}
 
 
 def resource_mismatches(expected, actual):
@@ -157,10 +157,10 @@ def set_config_label(ops, node, target, check_mode=False):
     check mode, where nothing is sent)."""
     labels = labels_of(node)
     annotations = annotations_of(node)
-    patch = {"metadata": {"labels": {MIG_CONFIG_LABEL: target, MIG_STATE_LABEL: None},
+    patch = {"metadata": {"labels": {LABEL_MIG_CONFIG: target, LABEL_MIG_STATE: None},
                           "annotations": {TARGET_CONFIG_ANNOTATION: target}}}
     if annotations.get(TARGET_CONFIG_ANNOTATION) != target or PREVIOUS_CONFIG_ANNOTATION not in annotations:
-        patch["metadata"]["annotations"][PREVIOUS_CONFIG_ANNOTATION] = labels.get(MIG_CONFIG_LABEL) or ""
+        patch["metadata"]["annotations"][PREVIOUS_CONFIG_ANNOTATION] = labels.get(LABEL_MIG_CONFIG) or ""
     if not check_mode:
         return patch, ops.patch_node(node["metadata"]["name"], patch)
     return patch, None
@@ -189,12 +189,12 @@ def follow_state(ops, node_name, target, deadline, node=None, on_state=None):
         if not node_ready(obj):
             flags["not_ready_seen"] = True
         labels = labels_of(obj)
-        state = labels.get(MIG_STATE_LABEL)
+        state = labels.get(LABEL_MIG_STATE)
         if state and (not seen or seen[-1] != state):
             seen.append(state)
             if on_state is not None:
                 on_state(state)
-        if labels.get(MIG_CONFIG_LABEL) != target:
+        if labels.get(LABEL_MIG_CONFIG) != target:
             flags["final"] = "changed"
             return True
         if state == "rebooting":
@@ -391,7 +391,7 @@ def unwedge(ops, node_name, target, check_mode=False):
     if check_mode:
         return {"restored_labels": restored, "retriggered": target, "restarted_pods": restarted}
     labels = dict((k, "true") for k in restored)
-    labels.update({MIG_CONFIG_LABEL: target, MIG_STATE_LABEL: None})
+    labels.update({LABEL_MIG_CONFIG: target, LABEL_MIG_STATE: None})
     ops.patch_node(node_name, {"metadata": {"labels": labels, "annotations": {TARGET_CONFIG_ANNOTATION: target}}})
     for pod in managers:
         ops.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -449,12 +449,12 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
 
     def on_state(state):  # success and failed are reported once verified, or as the node's outcome
         if state in ("pending", "rebooting"):
-            report(state, "%s=%s" % (MIG_STATE_LABEL, state))
+            report(state, "%s=%s" % (LABEL_MIG_STATE, state))
     triggered = trigger(ops, node, target, retrigger)
     labelled = triggered.pop("_node", None)  # the node the label patch returned: no read before the watch
     outcome = {"trigger": triggered, "mismatches": [], "verified": False, "timings": {}}
     where["stage"] = "apply"
-    report("labelled", "%s=%s" % (MIG_CONFIG_LABEL, target))
+    report("labelled", "%s=%s" % (LABEL_MIG_CONFIG, target))
     followed = follow_state(ops, node_name, target, time.monotonic() + apply_timeout, node=labelled, on_state=on_state)
     states = list(followed["states"])
     not_ready_seen = followed["not_ready_seen"]

@@ -8,7 +8,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import PAUSED_VALUE, node_gpu_allocatable
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step
 
-CONFIG, STATE = node_step.MIG_CONFIG_LABEL, node_step.MIG_STATE_LABEL
+CONFIG, STATE = node_step.LABEL_MIG_CONFIG, node_step.LABEL_MIG_STATE
 
 
 class FakeConfigMaps(object):
