@@ -23,7 +23,7 @@ import json
 import threading
 import time
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import RETRY_STATUSES, backoff
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import CONNECTION_ERRORS, RETRY_STATUSES, backoff
 
 try:
     from kubernetes import client as k8s_client
@@ -34,12 +34,6 @@ except ImportError:  # pragma: no cover - k8s.client.require_kubernetes reports 
     k8s_watch = None
     ApiException = Exception
 
-try:
-    from urllib3.exceptions import HTTPError as Urllib3HTTPError
-except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
-    class Urllib3HTTPError(Exception):  # type: ignore[no-redef]
-        pass
-
 # A watch is re-opened at most this often (seconds), so a flapping connection cannot become a poll loop.
 WATCH_MIN_REOPEN_INTERVAL = 1.0
 # Each watch request asks the server to end it after at most WATCH_SERVER_TIMEOUT seconds (timeoutSeconds) and
@@ -48,9 +42,6 @@ WATCH_MIN_REOPEN_INTERVAL = 1.0
 WATCH_SERVER_TIMEOUT = 60
 WATCH_READ_MARGIN = 10
 WATCH_CONNECT_TIMEOUT = 10
-# Broken, refused, reset or timed-out connections (urllib3's ProtocolError, MaxRetryError, ReadTimeoutError
-# and socket errors): a watch re-lists and resumes after them until its deadline.
-WATCH_CONNECTION_ERRORS = (Urllib3HTTPError, OSError)
 # Cluster-wide pod lists are read in pages of this many (kubectl's --chunk-size default) and each page is slimmed
 # before the next is read: one 1000-node cluster's pods are ~60 MB of JSON, decoded whole they held a module
 # at ~480 MB. https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks
@@ -350,7 +341,7 @@ class KubeOps(object):
                 if exc.status != 410:
                     failures, error = failures + 1, exc
                     self._note(exc)
-            except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+            except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
                 relist = True
                 failures, error = failures + 1, exc
                 self._note(exc)

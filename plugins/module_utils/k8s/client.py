@@ -35,15 +35,20 @@ except ImportError:  # pragma: no cover - exercised only where the library is mi
         status = None
 
 try:
+    from urllib3.exceptions import HTTPError as Urllib3HTTPError
     from urllib3.exceptions import MaxRetryError, ProtocolError, ReadTimeoutError, ResponseError
     from urllib3.util.retry import Retry
 except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
     Retry = None
 
-    class ProtocolError(Exception):  # type: ignore[no-redef]
+    class Urllib3HTTPError(Exception):  # type: ignore[no-redef]
         pass
 
-    MaxRetryError = ReadTimeoutError = ResponseError = ProtocolError
+    MaxRetryError = ProtocolError = ReadTimeoutError = ResponseError = Urllib3HTTPError
+
+# Broken, refused, reset or timed-out connections (urllib3's ProtocolError, MaxRetryError, ReadTimeoutError
+# and socket errors): what a caller retries, re-lists after, or reports as the API server being unreachable.
+CONNECTION_ERRORS = (Urllib3HTTPError, OSError)
 
 try:
     from ansible.module_utils.basic import missing_required_lib

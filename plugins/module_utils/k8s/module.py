@@ -42,11 +42,14 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.checks impor
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
+    CONNECTION_ERRORS,
     REQUEST_ARG_SPEC,
     REQUEST_LIMITS,
     RETRIES,
     ApiException,
     KubeAuthError,
+    MaxRetryError,
+    ProtocolError,
     get_api_client,
     last_call,
     require_kubernetes,
@@ -54,19 +57,9 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
     server_message,
 )
 
-try:
-    from urllib3.exceptions import HTTPError as Urllib3HTTPError
-    from urllib3.exceptions import MaxRetryError, ProtocolError
-except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
-    class Urllib3HTTPError(Exception):  # type: ignore[no-redef]
-        pass
-
-    MaxRetryError = ProtocolError = Urllib3HTTPError
-
 # Exceptions of this collection are recognised by the package that defines them.
 PACKAGE_PREFIX = "ansible_collections.gpufleet.gpu_operator.plugins.module_utils."
 
-CONNECTION_ERRORS = (Urllib3HTTPError, OSError)
 
 
 def is_package_error(exc):

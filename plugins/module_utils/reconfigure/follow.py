@@ -23,7 +23,7 @@ import collections
 import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
-    WATCH_CONNECTION_ERRORS,
+    CONNECTION_ERRORS,
     ApiException,
     DeadlineExceeded,
 )
@@ -142,7 +142,7 @@ def follow(ops, evictions, known, timeout):
     list_func = ops.lister(path)
     try:
         listing = ops.list_pods_in_namespace(namespaces[0]) if len(namespaces) == 1 else ops.list_pods()
-    except (ApiException,) + WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+    except (ApiException,) + CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         return stopped(outcome(evictions, [], known)[0], exc)
     pods = collections.OrderedDict(((p.get("metadata") or {}).get("uid"), p) for p in listing.get("items") or []
                                    if (p.get("metadata") or {}).get("namespace") in namespaces)
@@ -174,7 +174,7 @@ def follow(ops, evictions, known, timeout):
             since = ops.watch(list_func, min(deadline, settle_until or deadline), done, since) or since
         except DeadlineExceeded:
             break  # the timeout, or refused replacements that stayed refused for SETTLE_S
-        except (ApiException,) + WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+        except (ApiException,) + CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
             return stopped(state["result"][0], exc)
     return state["result"][0]
 
@@ -200,9 +200,9 @@ def stopped(result, exc):
     """``result`` (outcome()'s per-node dict) when the pods could not be followed to the end because the API
     server failed (unreachable past the retries, or an error status): each pod not seen back says so, instead
     of "no replacement pod seen". Following is a report, not a step: the rollout's rows must not be lost to it."""
-    why = connection_reason(exc) if isinstance(exc, WATCH_CONNECTION_ERRORS) else api_reason(exc)
+    why = connection_reason(exc) if isinstance(exc, CONNECTION_ERRORS) else api_reason(exc)
     note = "not followed to the end: Kubernetes API server %s (%s)" % (
-        "unreachable" if isinstance(exc, WATCH_CONNECTION_ERRORS) else "error", why)
+        "unreachable" if isinstance(exc, CONNECTION_ERRORS) else "error", why)
     for row in result.values():
         for entry in row["not_back"]:
             if entry["reason"] == NO_REPLACEMENT:

@@ -34,7 +34,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
     unschedulable,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
-    WATCH_CONNECTION_ERRORS,
+    CONNECTION_ERRORS,
     ApiException,
     DeadlineExceeded,
     annotations_of,
@@ -309,7 +309,7 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
         if exc.status == 404:
             diagnostics.update(deleted=True, hints=["node %s no longer exists (deleted)" % node_name])
         return diagnostics
-    except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+    except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         diagnostics["error"] = "cannot read node: API server unreachable (%s)" % connection_reason(exc)
         return diagnostics
     diagnostics.update(mig_state(node))
@@ -324,7 +324,7 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
     except ApiException as exc:
         pods = []
         diagnostics["pods_error"] = "HTTP %s" % exc.status
-    except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+    except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         pods = []
         diagnostics["pods_error"] = "API server unreachable (%s)" % connection_reason(exc)
     for pod in pods:
@@ -336,7 +336,7 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
                 logs[pod_ref(pod)] = ops.pod_log(meta.get("namespace"), meta.get("name"), tail_lines=log_lines)
             except ApiException as exc:
                 logs[pod_ref(pod)] = "(logs unavailable: HTTP %s %s)" % (exc.status, exc.reason)
-            except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+            except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
                 logs[pod_ref(pod)] = "(logs unavailable: %s)" % connection_reason(exc)
         elif phase not in ("Succeeded", "Failed") and is_gpu_pod(pod):
             gpu_pods.append(pod_ref(pod))

@@ -11,7 +11,7 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import WATCH_CONNECTION_ERRORS, ApiException
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import CONNECTION_ERRORS, ApiException
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_MIG_CONFIG, labels_of
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import api_reason, connection_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step, preflight, snapshot
@@ -120,10 +120,10 @@ def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, 
         if exc.status == 404 and not node_step.node_exists(ops, node_name):
             return fail(row, "api", deleted_message(node_name, "api"), ctx, ops, node_name, started)
         return fail(row, "api", "node %s: Kubernetes API error %s" % (node_name, api_error(exc)), ctx, ops, node_name, started)
-    except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+    except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         keep_evictions(row, drainer)
         return unreachable(row, where["stage"], exc, ctx, ops, node_name, started)
-    # any other error is this node's failed row (duplicate-except: pylint cannot see WATCH_CONNECTION_ERRORS's classes)
+    # any other error is this node's failed row (duplicate-except: pylint cannot see CONNECTION_ERRORS's classes)
     except Exception as exc:  # pylint: disable=broad-exception-caught,duplicate-except
         keep_evictions(row, drainer)
         return unexpected(row, where["stage"], exc, ctx, ops, node_name, started)

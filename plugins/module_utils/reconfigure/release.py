@@ -12,7 +12,7 @@ __metaclass__ = type
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import WATCH_CONNECTION_ERRORS, ApiException
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import CONNECTION_ERRORS, ApiException
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_MIG_CONFIG
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import plan as mig_plan
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import resolve
@@ -68,7 +68,7 @@ def release_node(ctx, row, target, hardware=None):
     except ApiException as exc:
         return fail(row, "api", "node %s: Kubernetes API error %s" % (row["node"], api_error(exc)), ctx, ops, row["node"],
                     started)
-    except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+    except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         return unreachable(row, "release", exc, ctx, ops, row["node"], started)
 
 

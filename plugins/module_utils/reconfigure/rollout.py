@@ -26,7 +26,7 @@ import threading
 import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
-    WATCH_CONNECTION_ERRORS,
+    CONNECTION_ERRORS,
     ApiException,
     KubeOps,
     RequestCounter,
@@ -274,7 +274,7 @@ class Rollout(object):
             return lock.release()[1]
         except ApiException as exc:  # the rows matter more; the role releases it again
             return "not released: %s" % api_error_message(exc)
-        except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+        except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
             return "not released: API server unreachable (%s)" % connection_reason(exc)
 
     # -- the three calls -------------------------------------------------------------------------------------

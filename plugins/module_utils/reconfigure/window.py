@@ -15,7 +15,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import WATCH_CONNECTION_ERRORS
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import CONNECTION_ERRORS
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import connection_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import preflight, procedure, snapshot
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.timeline import Observer
@@ -114,7 +114,7 @@ class Window(object):
             drain_plan = planned.pop("_drain", None)
             short = self.room(ops, planned) if self.room is not None and not planned["errors"] \
                 and planned.get("pods_to_evict") else None
-        except WATCH_CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
+        except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
             self.halted.append(name)
             return Slot(not_started_row(name, "node %s not started, nothing was changed there: Kubernetes API server "
                                         "unreachable (%s)" % (name, connection_reason(exc))), reason=True)
