@@ -365,15 +365,18 @@ class KubeOps(object):
                           field_selector="metadata.name=%s" % name)
 
 
+def active_cluster_policy(policies):
+    """The ClusterPolicy the operator acts on (duplicates are marked ``ignored``), or None."""
+    for policy in policies:
+        if ((policy.get("status") or {}).get("state")) != "ignored":
+            return policy
+    return None
+
+
 def read_cluster_policy(api_client):
-    """ClusterPolicy ``cluster-policy`` (nvidia.com/v1) as a dict, or None when it does not exist."""
-    try:
-        return k8s_client.CustomObjectsApi(api_client).get_cluster_custom_object(
-            "nvidia.com", "v1", "clusterpolicies", "cluster-policy")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        return None
+    """The ClusterPolicy (nvidia.com/v1) the operator acts on, whatever its name, as a dict; None when there is none
+    (or the CRD is not installed). Validation, status, the upgrade check and the rollout all read this one."""
+    return active_cluster_policy(KubeOps(api_client).list_cluster_policies())
 
 
 def list_operand_pods(api_client, namespace):

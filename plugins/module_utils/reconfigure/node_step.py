@@ -37,11 +37,13 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
     CONNECTION_ERRORS,
     ApiException,
     DeadlineExceeded,
+    active_cluster_policy,
     annotations_of,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import connection_reason
 
-MIG_MANAGER_SELECTOR = "app=nvidia-mig-manager"
+MIG_MANAGER_APP = "nvidia-mig-manager"  # the app label of MIG Manager's pods (assets/state-mig-manager/0600_daemonset.yaml)
+MIG_MANAGER_SELECTOR = "app=%s" % MIG_MANAGER_APP
 # What the node's MIG config label said before we changed it (for rollback), and the target we set.
 PREVIOUS_CONFIG_ANNOTATION = "gpufleet.io/mig-previous-config"
 TARGET_CONFIG_ANNOTATION = "gpufleet.io/mig-target-config"
@@ -56,14 +58,6 @@ class MigStepError(Exception):
 
 
 # -- cluster-wide settings ---------------------------------------------------------------------------------
-
-def active_cluster_policy(policies):
-    """The ClusterPolicy the operator acts on (duplicates are marked ``ignored``), or None."""
-    for policy in policies:
-        if ((policy.get("status") or {}).get("state")) != "ignored":
-            return policy
-    return None
-
 
 def mig_strategy(policy, node):
     strategy = (((policy or {}).get("spec") or {}).get("mig") or {}).get("strategy")
@@ -330,7 +324,7 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
     for pod in pods:
         labels = labels_of(pod)
         phase = (pod.get("status") or {}).get("phase")
-        if labels.get("app") == "nvidia-mig-manager":
+        if labels.get("app") == MIG_MANAGER_APP:
             meta = pod.get("metadata") or {}
             try:
                 logs[pod_ref(pod)] = ops.pod_log(meta.get("namespace"), meta.get("name"), tail_lines=log_lines)
@@ -385,7 +379,7 @@ def unwedge(ops, node_name, target, check_mode=False):
     restarted_pods}."""
     node = ops.get_node(node_name)
     restored = paused_deploy_labels(node)
-    managers = [p for p in ops.list_pods_on_node(node_name, label_selector="app=nvidia-mig-manager").get("items", [])
+    managers = [p for p in ops.list_pods_on_node(node_name, label_selector=MIG_MANAGER_SELECTOR).get("items", [])
                 if not p["metadata"].get("deletionTimestamp")]
     restarted = ["%s/%s" % (p["metadata"]["namespace"], p["metadata"]["name"]) for p in managers]
     if check_mode:

@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import ApiException, annotations_of
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import ApiException, active_cluster_policy, annotations_of
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import (
     LABEL_SHARING_STRATEGY,
     labels_of,
@@ -67,7 +67,7 @@ class Context(object):
         self.progress = progress  # a progress.Progress (record file, Events), or None
         self.options = rollout_options.node_options(options)
         self.ops = ops_factory()
-        self.policy = node_step.active_cluster_policy(self.ops.list_cluster_policies())
+        self.policy = active_cluster_policy(self.ops.list_cluster_policies())
         self.namespace = node_step.operator_namespace(self.policy, self.options["operator_namespace"])
         self.with_reboot = node_step.with_reboot(self.policy)
 

@@ -4,6 +4,7 @@ a label change with a scripted sequence of states."""
 
 import copy
 
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import api as k8s_api
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import PAUSED_VALUE, node_gpu_allocatable
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step
@@ -53,7 +54,7 @@ def test_strategy_reboot_and_namespace_from_cluster_policy():
     assert node_step.mig_strategy(None, {"metadata": {}}) == "none"
     assert node_step.with_reboot(policy(env=[{"name": "WITH_REBOOT", "value": "true"}]))
     assert not node_step.with_reboot(policy(env=[{"name": "WITH_REBOOT", "value": "false"}]))
-    assert node_step.active_cluster_policy([{"status": {"state": "ignored"}}, policy()]) == policy()
+    assert k8s_api.active_cluster_policy([{"status": {"state": "ignored"}}, policy()]) == policy()
 
 
 def test_verification_compares_gpu_resources_only_and_names_the_difference():
