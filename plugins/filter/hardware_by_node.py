@@ -22,6 +22,14 @@ options:
     description: Name of the variable each host registered the gpu_info result in.
     type: str
     required: true
+  targets:
+    description:
+      - Return a list with one entry per host instead, C({name, hardware, hardware_error}) - the C(nodes) option of
+        M(gpufleet.gpu_operator.gpu_node_validate). C(hardware) is C({gpus}) when gpu_info returned GPUs (an empty
+        list included), else null; C(hardware_error) is gpu_info's message when its read failed, else null (a
+        skipped, missing or unreachable read is not an error, as the node is then checked without its hardware).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -32,12 +40,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: Mapping of node name to C({gpus}) as gpu_info returned them.
-  type: dict
+  description: Mapping of node name to C({gpus}) as gpu_info returned them; with O(targets), the list of nodes.
+  type: raw
 """
 
 
-def hardware_by_node(hosts, hostvars, result_var):
+def hardware_by_node(hosts, hostvars, result_var, targets=False):
+    if targets:
+        return [read_target(hostvars[host], host, result_var) for host in hosts or []]
     found = {}
     for host in hosts or []:
         variables = hostvars[host]
@@ -45,6 +55,18 @@ def hardware_by_node(hosts, hostvars, result_var):
         if isinstance(result, dict) and result.get("gpus"):
             found[variables.get("gpu_node_name") or host] = {"gpus": result["gpus"]}
     return found
+
+
+def read_target(variables, host, result_var):
+    """One host's node name, its GPUs as gpu_info read them and why they could not be read."""
+    result = variables.get(result_var)
+    hardware = error = None
+    if isinstance(result, dict) and not result.get("skipped"):
+        if "gpus" in result:
+            hardware = {"gpus": result["gpus"]}
+        elif not result.get("unreachable"):
+            error = result.get("msg") or "gpu_info returned no GPUs"
+    return {"name": variables.get("gpu_node_name") or host, "hardware": hardware, "hardware_error": error}
 
 
 class FilterModule(object):
