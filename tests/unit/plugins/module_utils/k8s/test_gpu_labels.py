@@ -3,22 +3,20 @@
 import pytest
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import gpu_labels as gl
+from tests.support import kube
 
 
 def node(labels=None, allocatable=None, capacity=None, ready="True", unschedulable=None):
-    spec = {} if unschedulable is None else {"unschedulable": unschedulable}
-    return {"metadata": {"name": "n", "labels": labels or {}}, "spec": spec,
-            "status": {"allocatable": allocatable or {}, "capacity": capacity if capacity is not None else (allocatable or {}),
-                       "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": ready}]}}
+    return kube.node("n", labels=labels or {}, allocatable=allocatable or {}, capacity=capacity, unschedulable=unschedulable,
+                     conditions=[{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": ready}])
 
 
 def pod(containers=(), init=(), runtime_class=None, name="p"):
+    """A pod whose containers have the given ``resources`` ({limits, requests}) and the given init containers."""
     spec = {"containers": [{"resources": r} for r in containers]}
     if init:
         spec["initContainers"] = [dict(c) for c in init]
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    return {"metadata": {"namespace": "w", "name": name}, "spec": spec}
+    return kube.pod(name, runtime_class=runtime_class, spec=spec)
 
 
 # -- names ---------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import api, client
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded, KubeOps
+from tests.support import kube
 
 
 class FakeClock(object):
@@ -235,7 +236,7 @@ def test_client_errors_are_not_retried(monkeypatch, clock):
 # -- watches over a fault-injecting transport -------------------------------------------------------------------
 
 def node(rv, label=None):
-    return {"metadata": {"name": "n1", "resourceVersion": str(rv), "labels": {"step": label} if label else {}}}
+    return kube.node("n1", resource_version=rv, labels={"step": label} if label else {})
 
 
 class WatchResp(object):

@@ -1,30 +1,13 @@
 """Operator readiness from the ClusterPolicy, GPU nodes and operand pods (pure logic)."""
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import assess, enabled_operands
-
-
-APPS = {"driver": "nvidia-driver-daemonset", "container-toolkit": "nvidia-container-toolkit-daemonset",
-        "device-plugin": "nvidia-device-plugin-daemonset", "gpu-feature-discovery": "gpu-feature-discovery",
-        "dcgm-exporter": "nvidia-dcgm-exporter", "operator-validator": "nvidia-operator-validator",
-        "mig-manager": "nvidia-mig-manager"}
+from tests.support.kube import OPERAND_APPS as APPS
+from tests.support.kube import gpu_node as node
+from tests.support.kube import operand_pod as pod
 
 
 def policy(state="ready", **spec):
     return {"spec": spec, "status": {"state": state}}
-
-
-def node(name, labels=None, allocatable=None):
-    base = {"nvidia.com/gpu.present": "true"}
-    base.update(dict(("nvidia.com/gpu.deploy." + op, "true") for op in APPS))
-    base.update(labels or {})
-    return {"metadata": {"name": name, "labels": base},
-            "status": {"allocatable": allocatable or {}, "capacity": allocatable or {},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
-
-
-def pod(node_name, app, phase="Running", ready=True):
-    return {"metadata": {"name": "%s-%s" % (app, node_name), "labels": {"app": app}}, "spec": {"nodeName": node_name},
-            "status": {"phase": phase, "containerStatuses": [{"name": "c", "ready": ready, "state": {}}]}}
 
 
 def all_pods(node_name, skip=()):

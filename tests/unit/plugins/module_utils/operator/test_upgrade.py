@@ -3,18 +3,15 @@
 import datetime
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator import upgrade
+from tests.support import kube
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.timezone.utc)
 READY = {"ready": True, "state": "ready", "not_ready": []}
 
 
 def node(name, state=None, config=None):
-    labels = {}
-    if state is not None:
-        labels["nvidia.com/mig.config.state"] = state
-    if config is not None:
-        labels["nvidia.com/mig.config"] = config
-    return {"metadata": {"name": name, "labels": labels}}
+    labels = {"nvidia.com/mig.config.state": state, "nvidia.com/mig.config": config}
+    return kube.node(name, labels=dict((k, v) for k, v in labels.items() if v is not None))
 
 
 def lease(holder, renewed, duration=60, rollout="all-balanced on 3 nodes"):

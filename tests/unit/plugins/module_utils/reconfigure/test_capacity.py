@@ -1,17 +1,15 @@
 """Eviction capacity warnings: pure counting over Node and Pod dicts."""
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import capacity
+from tests.support import kube
 
 
 def node(name, allocatable, unschedulable=False):
-    return {"metadata": {"name": name}, "spec": {"unschedulable": unschedulable}, "status": {"allocatable": allocatable}}
+    return kube.node(name, allocatable=allocatable, unschedulable=unschedulable)
 
 
 def pod(name, node_name, limits, phase="Running", init=None):
-    spec = {"nodeName": node_name, "containers": [{"resources": {"limits": limits}}]}
-    if init:
-        spec["initContainers"] = [{"resources": {"limits": init}}]
-    return {"metadata": {"namespace": "w", "name": name}, "spec": spec, "status": {"phase": phase}}
+    return kube.pod(name, node_name=node_name, limits=limits, phase=phase, init_limits=init)
 
 
 def plan(name, expected, evict, admin_cordoned=False):

@@ -4,18 +4,19 @@ import threading
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import capacity
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.cluster_view import ClusterView
+from tests.support import kube
 
 
 def node(name, gpus, labels=None):
-    return {"metadata": {"name": name, "labels": labels or {}, "annotations": {"big": "x" * 100}},
-            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "8"}, "images": ["a"] * 5}}
+    return kube.node(name, labels=labels or {}, annotations={"big": "x" * 100},
+                     allocatable={"nvidia.com/gpu": str(gpus), "cpu": "8"}, status={"images": ["a"] * 5})
 
 
 def pod(name, on, gpus=0):
     limits = {"nvidia.com/gpu": str(gpus)} if gpus else {"cpu": "1"}
-    return {"metadata": {"namespace": "w", "name": name, "uid": "u-" + name},
-            "spec": {"nodeName": on, "containers": [{"name": "c", "image": "i", "resources": {"limits": limits}}]},
-            "status": {"phase": "Running"}}
+    big = kube.pod(name, node_name=on, limits=limits, uid="u-" + name)
+    big["spec"]["containers"][0]["image"] = "i"
+    return big
 
 
 class ScriptedOps(object):

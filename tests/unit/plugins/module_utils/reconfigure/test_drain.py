@@ -1,23 +1,17 @@
 """Pure drain logic: which pods a GPU drain evicts, which budgets block, and cordon bookkeeping."""
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import drain
+from tests.support import kube
 
 
 def pod(name, ns="team", resources=None, runtime_class=None, owner="ReplicaSet", phase="Running",
         labels=None, emptydir=False, terminating=False, mirror=False):
-    meta = {"name": name, "namespace": ns, "uid": "uid-" + name, "labels": labels or {}}
-    if owner:
-        meta["ownerReferences"] = [{"kind": owner, "name": "o"}]
-    if terminating:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    meta = {"deletionTimestamp": "2026-01-01T00:00:00Z"} if terminating else {}
     if mirror:
         meta["annotations"] = {"kubernetes.io/config.mirror": "x"}
-    spec = {"containers": [{"name": "c", "resources": {"limits": resources or {}}}]}
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    if emptydir:
-        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
-    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+    return kube.pod(name, namespace=ns, limits=resources, phase=phase, labels=labels or {}, uid="uid-" + name,
+                    owner=owner or None, runtime_class=runtime_class, metadata=meta,
+                    spec={"volumes": [{"name": "scratch", "emptyDir": {}}]} if emptydir else None)
 
 
 def names(items):
@@ -88,10 +82,8 @@ def test_blocking_budgets_counts_pods_per_budget():
 
 
 def node(unschedulable=False, prior=None):
-    meta = {"name": "n1", "annotations": {}}
-    if prior is not None:
-        meta["annotations"][drain.PRIOR_UNSCHEDULABLE_ANNOTATION] = prior
-    return {"metadata": meta, "spec": {"unschedulable": unschedulable} if unschedulable else {}}
+    annotations = {} if prior is None else {drain.PRIOR_UNSCHEDULABLE_ANNOTATION: prior}
+    return kube.node("n1", annotations=annotations, unschedulable=unschedulable or None)
 
 
 def test_cordon_records_prior_state_once():

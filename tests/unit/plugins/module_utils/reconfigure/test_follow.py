@@ -4,21 +4,19 @@ import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import follow, tables
+from tests.support import kube
 
 RS = {"kind": "ReplicaSet", "name": "web-1", "uid": "rs-uid"}
 STS = {"kind": "StatefulSet", "name": "db", "uid": "sts-uid"}
 
 
 def pod(name, uid, owner=None, node=None, phase="Running", created="2026-01-01T00:00:00Z", scheduled_message=None):
-    meta = {"namespace": "w", "name": name, "uid": uid, "creationTimestamp": created}
-    if owner:
-        meta["ownerReferences"] = [{"kind": "Node", "name": "x", "uid": "not-a-controller"},
-                                   dict(owner, controller=True)]
-    status = {"phase": phase}
-    if scheduled_message:
-        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                 "message": scheduled_message}]
-    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": status}
+    meta = {"creationTimestamp": created}
+    if owner:  # a controller reference after one that is not
+        meta["ownerReferences"] = [{"kind": "Node", "name": "x", "uid": "not-a-controller"}, dict(owner, controller=True)]
+    status = {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                              "message": scheduled_message}]} if scheduled_message else None
+    return kube.pod(name, uid=uid, node_name=node, phase=phase, metadata=meta, status=status)
 
 
 def test_replacements_are_new_pods_of_the_same_controller_given_in_eviction_order():

@@ -1,6 +1,7 @@
 """The node order planner: replaying a rollout on a model of the cluster and searching an order that strands nothing."""
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import ordering
+from tests.support import kube
 
 GPU = "nvidia.com/gpu"
 SLICE = "nvidia.com/mig-1g.10gb"
@@ -8,15 +9,11 @@ SHARED = "nvidia.com/gpu.shared"
 
 
 def node(name, allocatable, unschedulable=False):
-    return {"metadata": {"name": name}, "spec": {"unschedulable": unschedulable},
-            "status": {"allocatable": dict((k, str(v)) for k, v in allocatable.items())}}
+    return kube.node(name, allocatable=dict((k, str(v)) for k, v in allocatable.items()), unschedulable=unschedulable)
 
 
 def pod(name, node_name, limits, phase="Running"):
-    return {"metadata": {"namespace": "w", "name": name},
-            "spec": {"nodeName": node_name, "containers": [{"resources": {"limits": dict(
-                (k, str(v)) for k, v in limits.items())}}]},
-            "status": {"phase": phase}}
+    return kube.pod(name, node_name=node_name, limits=dict((k, str(v)) for k, v in limits.items()), phase=phase)
 
 
 def plan(name, expected, evict, admin_cordoned=False):

@@ -6,6 +6,7 @@ import json
 import jsonschema
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import build as report
+from tests.support import kube
 
 
 NOW = datetime.datetime(2026, 12, 2, 12, 0, 0, tzinfo=report._UTC)
@@ -13,12 +14,11 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 def node(name, labels, allocatable=None, state_written="2026-12-02T11:59:00Z", unschedulable=False):
-    return {"metadata": {"name": name, "labels": dict({"nvidia.com/gpu.present": "true"}, **labels),
-                         "managedFields": [{"manager": "mig-manager", "time": state_written, "fieldsV1": {
-                             "f:metadata": {"f:labels": {"f:nvidia.com/mig.config.state": {}}}}}]},
-            "spec": {"unschedulable": unschedulable},
-            "status": {"allocatable": allocatable or {}, "capacity": allocatable or {},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    """A GPU node whose mig.config.state label MIG Manager last wrote at ``state_written`` (managedFields)."""
+    written = {"manager": "mig-manager", "time": state_written,
+               "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config.state": {}}}}}
+    return kube.node(name, labels=dict({"nvidia.com/gpu.present": "true"}, **labels), allocatable=allocatable or {},
+                     unschedulable=unschedulable, conditions=kube.READY, metadata={"managedFields": [written]})
 
 
 def h100(name, config="all-1g.10gb", state="success", counts=None, allocatable=None, gpus=1, **extra):
@@ -34,9 +34,7 @@ def h100(name, config="all-1g.10gb", state="success", counts=None, allocatable=N
 
 
 def pod(name, resources, node_name=None, phase="Running"):
-    return {"metadata": {"name": name, "namespace": "ml"},
-            "spec": {"nodeName": node_name, "containers": [{"resources": {"limits": resources}}]},
-            "status": {"phase": phase}}
+    return kube.pod(name, namespace="ml", node_name=node_name, limits=resources, phase=phase)
 
 
 def samples(node_name, instances, model=H100, gpu=0):

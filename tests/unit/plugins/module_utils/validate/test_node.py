@@ -1,21 +1,7 @@
 """Node checks: labels, allocatable and hardware agree (pure logic)."""
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.node import validate_node
-
-
-APPS = {"driver": "nvidia-driver-daemonset", "container-toolkit": "nvidia-container-toolkit-daemonset",
-        "device-plugin": "nvidia-device-plugin-daemonset", "gpu-feature-discovery": "gpu-feature-discovery",
-        "dcgm-exporter": "nvidia-dcgm-exporter", "operator-validator": "nvidia-operator-validator",
-        "mig-manager": "nvidia-mig-manager"}
-
-
-def node(name, labels=None, allocatable=None):
-    base = {"nvidia.com/gpu.present": "true"}
-    base.update(dict(("nvidia.com/gpu.deploy." + op, "true") for op in APPS))
-    base.update(labels or {})
-    return {"metadata": {"name": name, "labels": base},
-            "status": {"allocatable": allocatable or {}, "capacity": allocatable or {},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+from tests.support.kube import gpu_node as node
 
 
 MIXED_LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "2",

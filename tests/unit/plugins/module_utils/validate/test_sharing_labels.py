@@ -11,16 +11,17 @@ import pytest
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import build as report_build
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report.cluster_facts import node_summary, sharing_problems
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.node import validate_node
+from tests.support import kube
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 
 
+H100_PAIR = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "81559",
+             "nvidia.com/mig.capable": "true"}
+
+
 def node(labels, allocatable, name="n1"):
-    base = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "81559",
-            "nvidia.com/mig.capable": "true"}
-    base.update(labels)
-    return {"metadata": {"name": name, "labels": base},
-            "status": {"allocatable": allocatable, "capacity": allocatable, "conditions": [{"type": "Ready", "status": "True"}]}}
+    return kube.node(name, labels=dict(H100_PAIR, **labels), allocatable=allocatable, conditions=kube.READY)
 
 
 HARDWARE = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "mig_enabled": False, "mig_devices": []}] * 2}
