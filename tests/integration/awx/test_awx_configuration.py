@@ -14,6 +14,7 @@ from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import resolve
+from tests.support import playbook
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 AWX_DIR = os.path.join(ROOT, "awx")
@@ -99,8 +100,7 @@ def rendered_tasks():
 
 
 def test_syntax_check():
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "--syntax-check", "-i", "localhost,", PLAYBOOK],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    proc = playbook.run(PLAYBOOK, "--syntax-check", inventory="localhost,", env=dict(os.environ), cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

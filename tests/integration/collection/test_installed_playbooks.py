@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support import playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
@@ -50,17 +51,15 @@ def installed(tmp_path_factory):
     return {"tmp": tmp, "env": env, "inventory": inventory, "path": installed_at}
 
 
-def ansible_playbook(installed, *args):
-    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(installed["inventory"])] + list(args),
-                          cwd=str(installed["tmp"]), env=installed["env"], capture_output=True, text=True,
-                          timeout=300, check=False)
+def ansible_playbook(installed, name, *args, **kwargs):
+    return playbook.run(name, *args, inventory=installed["inventory"], env=installed["env"], cwd=installed["tmp"], **kwargs)
 
 
 @pytest.mark.parametrize("fqcn", sorted(PLAYBOOKS))
 def test_playbook_runs_by_fqcn_from_the_installed_collection(installed, fqcn):
-    syntax = ansible_playbook(installed, "--syntax-check", fqcn)
+    syntax = ansible_playbook(installed, fqcn, "--syntax-check")
     assert syntax.returncode == 0, syntax.stdout + syntax.stderr
-    listed = ansible_playbook(installed, "--list-tasks", fqcn, "-e", "profile=all-balanced")
+    listed = ansible_playbook(installed, fqcn, "--list-tasks", extra_vars={"profile": "all-balanced"})
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert PLAYBOOKS[fqcn] in listed.stdout, listed.stdout
 
@@ -68,7 +67,7 @@ def test_playbook_runs_by_fqcn_from_the_installed_collection(installed, fqcn):
 def test_only_the_installed_copy_is_on_the_path(installed):
     """ansible-galaxy sees the collection in the temp path only, and the old hyphenated name (a file name that is
     no valid FQCN) is not found."""
-    proc = ansible_playbook(installed, "--syntax-check", "gpufleet.gpu_operator.mig-reconfigure")
+    proc = ansible_playbook(installed, "gpufleet.gpu_operator.mig-reconfigure", "--syntax-check")
     assert proc.returncode != 0 and "could not be found" in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
     listed = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "list", "gpufleet.gpu_operator"],
                             cwd=str(installed["tmp"]), env=installed["env"], capture_output=True, text=True,
@@ -78,8 +77,5 @@ def test_only_the_installed_copy_is_on_the_path(installed):
 
 @pytest.mark.parametrize("entry", ["site.yml", "mig-reconfigure.yml", "report.yml"])
 def test_root_entry_points_of_a_checkout(entry):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               PATH="%s%s%s" % (BIN, os.pathsep, os.environ.get("PATH", "")))
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "--list-tasks", entry, "-e", "profile=all-balanced"],
-                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = playbook.run(entry, "--list-tasks", extra_vars={"profile": "all-balanced"}, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from tests.integration.collection.test_installed_playbooks import BIN, installed
 from tests.integration.operator.conftest import NODES, operator_sandbox  # noqa: F401 pylint: disable=unused-import
 from tests.testbed import operator as real_operator
 from tests.testbed.agents.pytest_agents import nvml_lib_dir
+from tests.support import playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
@@ -72,9 +72,7 @@ def run(installed, bed, *args, timeout=600):  # noqa: F811 - the fixture's value
     for key, value in bed.env.items():
         if key.startswith("HELM_"):
             env[key] = value
-    proc = subprocess.run([str(BIN / "ansible-playbook")] + list(args), cwd=str(installed["tmp"]), env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
-    return proc
+    return playbook.run(*args, env=env, cwd=installed["tmp"], timeout=timeout)  # options and playbook in the order given
 
 
 def test_readme_on_a_real_cluster_step_by_step(installed, operator_sandbox, tmp_path):  # noqa: F811

@@ -2,14 +2,12 @@
 inventory plugin's API-only hosts and the AWX inventory use, before any task changes or even reads the host; an
 explicit <role>_allow_local_connection lets a controller that is the GPU host through."""
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from tests.support import playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -19,11 +17,9 @@ def run(tmp_path, role, extra_vars):
         "gpu-1.example.internal": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
     (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "gpu_nodes", "gather_facts": False, "tasks": [
         {"name": "the host role", "ansible.builtin.include_role": {"name": "gpufleet.gpu_operator." + role}}]}]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
-                           str(tmp_path / "play.yml"), "--check", "-e", json.dumps(extra_vars)],
-                          cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
-    data = json.loads(proc.stdout[proc.stdout.index("{"):])
+    proc = playbook.run(tmp_path / "play.yml", inventory=tmp_path / "inventory.yml", extra_vars=extra_vars, check=True,
+                        env=playbook.environment(ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"), cwd=ROOT)
+    data = playbook.json_results(proc.stdout)
     tasks = [(t["task"]["name"], t["hosts"].get("gpu-1.example.internal", {})) for t in data["plays"][0]["tasks"]]
     return proc.returncode, tasks
 

@@ -2,15 +2,14 @@
 warning naming the replacement, run as a user runs them: ansible-playbook with the collection's FQCN, the Kubernetes
 connection set once through module_defaults of the action group (group/gpufleet.gpu_operator.k8s)."""
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
 from tests.integration.reconfigure.conftest import REPO_ROOT
+from tests.support import playbook
 
 # deprecated name -> (the module it leads to, options that make it read the cluster and return quickly)
 REDIRECTS = {
@@ -32,9 +31,8 @@ def run_playbook(testbed, workdir, tasks):
     env.update({"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
                 "ANSIBLE_DEPRECATION_WARNINGS": "true", "ANSIBLE_NOCOLOR": "1",
                 "PATH": "%s%s%s" % (Path(sys.executable).parent, os.pathsep, env.get("PATH", ""))})
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(path), "-i", "localhost,"],
-                          cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
-    data = json.loads(proc.stdout[proc.stdout.index("{"):]) if "{" in proc.stdout else {"plays": []}
+    proc = playbook.run(path, inventory="localhost,", env=env)
+    data = playbook.json_results(proc.stdout)
     results = dict((task["task"]["name"], list(task["hosts"].values())[0])
                    for play in data["plays"] for task in play["tasks"])
     return proc, results

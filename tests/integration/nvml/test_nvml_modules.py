@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import catalog
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.profiles import config_name_for
 from tests.testbed.gpusim import hoststate
+from tests.support import playbook
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BIN = os.path.dirname(sys.executable)
@@ -197,9 +198,8 @@ def test_playbook_flow_facts_plan_apply_verify(sim_host):
     host = sim_host("NVIDIA H100 80GB HBM3", 2)
     env = _env(host)
     env["ANSIBLE_STDOUT_CALLBACK"] = "default"
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", "localhost,",
-                           os.path.join(ROOT, "tests", "integration", "nvml", "apply_flow.yml")],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    proc = playbook.run(os.path.join(ROOT, "tests", "integration", "nvml", "apply_flow.yml"), inventory="localhost,",
+                        env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "failed=0" in proc.stdout
     assert layout(host)[1][2] == sorted([("1g.10gb", 0, 1), ("1g.10gb", 1, 1), ("2g.20gb", 2, 2), ("3g.40gb", 4, 4)])

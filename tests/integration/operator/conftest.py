@@ -21,6 +21,7 @@ from tests.testbed import operator as real_operator
 from tests.testbed.agents.pytest_agents import GpuAgents, nvml_lib_dir
 from tests.testbed.cluster import Cluster, TestbedError
 from tests.testbed.pytest_cluster import Testbed
+from tests.support import playbook as ansible_playbook
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # Small nodes keep the smoke pods few: (name, NVML model, GPUs)
@@ -73,15 +74,13 @@ class OperatorSandbox:
         self.inventory = inventory
 
     def playbook(self, playbook, *args, extra_vars=None, timeout=600):
-        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(self.inventory), str(playbook), *args]
-        if extra_vars:
+        if extra_vars:  # a file: the values can be larger than a command line takes
             path = self.inventory.parent / ("extra-%d.json" % time.monotonic_ns())
             path.write_text(json.dumps(extra_vars))
-            cmd += ["-e", "@%s" % path]
+            args += ("-e", "@%s" % path)
         env = dict(self.bed.env, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                    ANSIBLE_NOCOLOR="1")
-        proc = subprocess.run(cmd, env=env, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=timeout, check=False)
-        return PlaybookResult(proc)
+        return PlaybookResult(ansible_playbook.run(playbook, *args, inventory=self.inventory, env=env, timeout=timeout))
 
     def site(self, *args, **kwargs):
         return self.playbook(REPO_ROOT / "site.yml", *args, **kwargs)

@@ -11,7 +11,6 @@ No cluster is needed.
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import yaml
 
 from tests.testbed import operator as real_operator
 from tests.testbed.cluster import default_bin_dir
+from tests.support import playbook
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -28,13 +28,8 @@ CHART_V26 = NVIDIA_DIR / "gpu-operator-v26.7.0" / "deployments" / "gpu-operator"
 
 def rendered_values(inventory, tmp_path, extra_vars=None):
     out = tmp_path / ("%s.json" % inventory)
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(REPO_ROOT / "inventories" / inventory),
-           str(HERE / "render_values.yml"), "-e", "gpu_operator_values_out=%s" % out]
-    if extra_vars:
-        (tmp_path / "extra.json").write_text(json.dumps(extra_vars))
-        cmd += ["-e", "@%s" % (tmp_path / "extra.json")]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"))
-    proc = subprocess.run(cmd, cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = playbook.run(HERE / "render_values.yml", inventory=REPO_ROOT / "inventories" / inventory,
+                        extra_vars=dict(extra_vars or {}, gpu_operator_values_out=str(out)))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return json.loads(out.read_text())
 

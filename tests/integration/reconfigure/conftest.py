@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support import playbook as ansible_playbook
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 RBAC_FILE = REPO_ROOT / "rbac" / "mig-reconfigure.yaml"
@@ -76,18 +77,14 @@ class Runner(object):
                  diff=False, groups=None):
         """Run ``playbook`` with ``nodes`` as the gpu_nodes hosts (connection local; ``host_vars`` per node;
         ``groups``: further inventory groups, name -> hosts)."""
-        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
-               "-i", str(self.inventory(nodes or [], host_vars=host_vars, groups=groups)),
-               "-e", json.dumps(extra_vars or {})]
-        if check:
-            cmd.append("--check")
-        if diff:
-            cmd.append("--diff")
+        inventory = self.inventory(nodes or [], host_vars=host_vars, groups=groups)
         if popen:
-            return subprocess.Popen(cmd, env=self.env(), cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
+            return subprocess.Popen(ansible_playbook.command(playbook, inventory=inventory, extra_vars=extra_vars or {},
+                                                             check=check, diff=diff),
+                                    env=self.env(), cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
-        proc = subprocess.run(cmd, env=self.env(), cwd=str(REPO_ROOT), capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        proc = ansible_playbook.run(playbook, inventory=inventory, extra_vars=extra_vars or {}, check=check, diff=diff,
+                                    env=self.env(), timeout=timeout)
         return PlaybookResult(proc.returncode, proc.stdout, proc.stderr)
 
     def module(self, module, args, check=False, timeout=600):

@@ -4,7 +4,6 @@ the inventory's gpufleet_kubeconfig. A GPU host that gpu_info cannot read is a w
 mig_reconfigure_require_hardware. Plan-only (--check) runs against the testbed."""
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -14,6 +13,7 @@ import yaml
 from tests.integration.reconfigure.conftest import PLAYBOOK, REPO_ROOT, PlaybookResult, node_view
 from tests.integration.reconfigure.test_rollout import wait_advertised
 from tests.testbed.pytest_cluster import unique_name
+from tests.support import playbook as ansible_playbook
 
 CONFIG = "nvidia.com/mig.config"
 ROLE_DIR = REPO_ROOT / "roles"
@@ -40,13 +40,8 @@ def write_inventory(workdir, nodes, gpu_nodes_vars, all_vars=None):
 
 
 def play(runner, playbook, inventory, extra_vars=None, check=True, env=None):
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook), "-i", str(inventory)]
-    if extra_vars:
-        cmd += ["-e", json.dumps(extra_vars)]
-    if check:
-        cmd.append("--check")
-    proc = subprocess.run(cmd, env=env or runner.env(), cwd=str(REPO_ROOT), capture_output=True, text=True,
-                          timeout=300, check=False)
+    proc = ansible_playbook.run(playbook, inventory=inventory, extra_vars=extra_vars or None, check=check,
+                                env=env or runner.env())
     return PlaybookResult(proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -6,14 +6,13 @@ import datetime
 import json
 import re
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 from tests.integration.reconfigure.conftest import PLAYBOOK, REPO_ROOT, node_view
 from tests.integration.reconfigure.test_rollout import STATE, rollout_vars, wait_advertised
 from tests.testbed.pytest_cluster import unique_name
+from tests.support import playbook
 
 LINE = re.compile(r"MIG rollout: (\d\d:\d\d:\d\d)  (\S+)  (\S+(?: started)?)  \+(\d+)s")
 
@@ -22,8 +21,7 @@ def run_streaming(runner, nodes, extra_vars, timeout=420):
     """ansible-playbook with the default callback; every stdout line with the wall-clock time it arrived."""
     env = dict(runner.env(), ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
                ANSIBLE_FORCE_COLOR="false", ANSIBLE_NOCOLOR="true")
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOK),
-           "-i", str(runner.inventory(nodes)), "-e", json.dumps(extra_vars)]
+    cmd = playbook.command(PLAYBOOK, inventory=runner.inventory(nodes), extra_vars=extra_vars)
     proc = subprocess.Popen(cmd, env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1)
     lines = []

@@ -3,8 +3,6 @@ planted nodes and pods, and running report.yml as a user does (ansible-playbook)
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import pytest
 
 from tests.testbed.dcgm.exporter import DcgmSimulator
 from tests.testbed.dcgm.prometheus import Prometheus
+from tests.support import playbook
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 RUN_LABEL = "test.gpufleet.io/report-run"
@@ -92,13 +91,8 @@ def run_report(testbed, workdir, extra_vars, check=False):
     """ansible-playbook report.yml as a user runs it; returns (proc, report dict or None)."""
     out_dir = Path(workdir) / "out"
     variables = dict({"gpu_report_dir": str(out_dir)}, **extra_vars)
-    env = dict(os.environ)
-    env.update(testbed.env)
-    env.update({"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
-                "PATH": "%s%s%s" % (Path(sys.executable).parent, os.pathsep, env.get("PATH", ""))})
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "report.yml", "-i", "localhost,",
-           "-e", json.dumps(variables)] + (["--check"] if check else [])
-    proc = subprocess.run(cmd, cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=300, check=False)
+    env = playbook.environment(dict(os.environ, **testbed.env))
+    proc = playbook.run("report.yml", inventory="localhost,", extra_vars=variables, check=check, env=env)
     path = out_dir / "report.json"
     report = json.loads(path.read_text()) if path.exists() else None
     return proc, report
