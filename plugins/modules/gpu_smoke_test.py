@@ -137,7 +137,7 @@ failed_checks:
 
 import time
 
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_error_message
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import ApiException, api_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import RESOURCE_GPU, is_gpu_resource
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
@@ -180,7 +180,7 @@ class SmokeRun(object):
         try:
             return self.ops.pod_log(self.namespace, pod["metadata"]["name"], tail_lines=None, container="nvidia-smi")
         except ApiException as exc:
-            return "(no output: logs unreadable, %s)" % api_error_message(exc)
+            return "(no output: logs unreadable, %s)" % api_reason(exc)
 
     def run(self, plans):
         params = self.module.params

@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import re
 import threading
 import time
 import traceback
@@ -539,6 +540,18 @@ def server_message(exc):
         return body
 
 
-def api_error_message(exc):
-    """A one-line reason from an ApiException (status, reason and the server's message)."""
-    return "HTTP %s %s: %s" % (getattr(exc, "status", "?"), getattr(exc, "reason", ""), server_message(exc))
+def one_line(text):
+    return re.sub(r"\s+", " ", str(text or "")).strip()
+
+
+def api_reason(exc, with_call=False):
+    """``HTTP 403 Forbidden: <the server's message>`` from an ApiException, on one line; ``with_call``: followed by
+    the request that got it, `` (PATCH /api/v1/nodes/n)``, when the client recorded it."""
+    message = server_message(exc)
+    status = getattr(exc, "status", None)
+    reason = one_line(getattr(exc, "reason", "") or "")
+    if not status:  # status 0: the client could not send the request (TLS, bad arguments)
+        return reason or one_line(str(exc))
+    call = getattr(exc, "gpufleet_call", None) if with_call else None
+    return one_line("HTTP %s %s%s%s" % (status, reason, (": %s" % message) if message else "",
+                                        (" (%s)" % call) if call else ""))

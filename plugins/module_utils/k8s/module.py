@@ -50,11 +50,12 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
     KubeAuthError,
     MaxRetryError,
     ProtocolError,
+    api_reason,
     get_api_client,
     last_call,
+    one_line,
     require_kubernetes,
     secret_values,
-    server_message,
 )
 
 # Exceptions of this collection are recognised by the package that defines them.
@@ -90,10 +91,6 @@ def server_of(host_url):
     return "%s:%s" % (host, port)
 
 
-def one_line(text):
-    return re.sub(r"\s+", " ", str(text or "")).strip()
-
-
 def _strip_noise(text):
     """urllib3's messages start with the pool or connection object; the server is named elsewhere."""
     text = re.sub(r"<[\w.]+ object at 0x[0-9a-fA-F]+>:\s*", "", text)
@@ -114,16 +111,6 @@ def connection_reason(exc):
         return one_line("[Errno %s] %s" % (exc.errno, exc.strerror) if exc.errno else exc.strerror)
     text = one_line(_strip_noise(str(exc)))
     return text or type(exc).__name__
-
-
-def api_reason(exc):
-    """``HTTP 403 Forbidden: <the server's message>`` from an ApiException, on one line."""
-    message = server_message(exc)
-    status = getattr(exc, "status", None)
-    reason = one_line(getattr(exc, "reason", "") or "")
-    if not status:  # status 0: the client could not send the request (TLS, bad arguments)
-        return reason or one_line(str(exc))
-    return one_line("HTTP %s %s%s" % (status, reason, (": %s" % message) if message else ""))
 
 
 def _subject(node):

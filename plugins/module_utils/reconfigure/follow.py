@@ -27,7 +27,8 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
     ApiException,
     DeadlineExceeded,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import api_reason, connection_reason
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import api_reason
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import connection_reason
 
 BACK_PHASES = ("Running", "Succeeded")
 # Once every pod not back is a replacement the scheduler has refused (PodScheduled False, Unschedulable) and that

@@ -13,7 +13,8 @@ import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import CONNECTION_ERRORS, ApiException
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_MIG_CONFIG, labels_of
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import api_reason, connection_reason
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import api_reason
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import connection_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step, preflight, snapshot
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.drain import DrainError, drain_node
 
@@ -157,9 +158,8 @@ def unexpected(row, stage, exc, ctx, ops, node_name, started):
 
 
 def api_error(exc):
-    """``HTTP 403 Forbidden (PATCH /api/v1/nodes/n): <the server's message>`` on one line."""
-    call = getattr(exc, "gpufleet_call", None)
-    return "%s%s" % (api_reason(exc), " (%s)" % call if call else "") if getattr(exc, "status", None) else api_reason(exc)
+    """The API error with the request that got it, for a node's row."""
+    return api_reason(exc, with_call=True)
 
 
 def unreachable(row, stage, exc, ctx, ops, node_name, started):

@@ -31,7 +31,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api impo
     KubeOps,
     RequestCounter,
 )
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import api_error_message
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import api_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import labels_of
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import connection_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import (
@@ -273,7 +273,7 @@ class Rollout(object):
         try:
             return lock.release()[1]
         except ApiException as exc:  # the rows matter more; the role releases it again
-            return "not released: %s" % api_error_message(exc)
+            return "not released: %s" % api_reason(exc)
         except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
             return "not released: API server unreachable (%s)" % connection_reason(exc)
 
