@@ -62,7 +62,6 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
 PACKAGE_PREFIX = "ansible_collections.gpufleet.gpu_operator.plugins.module_utils."
 
 
-
 def is_package_error(exc):
     return type(exc).__module__.startswith(PACKAGE_PREFIX)
 

@@ -62,8 +62,8 @@ def summary_table(rows):
     """The aligned table, one line per row; then, per row whose evicted pods were followed, where they run
     again and each one still away with the reason (follow.lines)."""
     table = table_lines(SUMMARY_COLUMNS, [(r["node"], r.get("model") or "?", r.get("before") or "unset",
-                                            r.get("after") or "unset", str(len(r.get("evicted") or [])),
-                                            back_text(r), "%.1fs" % r.get("duration_s", 0), r["result"]) for r in rows])
+                                           r.get("after") or "unset", str(len(r.get("evicted") or [])),
+                                           back_text(r), "%.1fs" % r.get("duration_s", 0), r["result"]) for r in rows])
     return table + [line for r in rows for line in follow.lines(r["node"], r.get("follow"))]
 
 
