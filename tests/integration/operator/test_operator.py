@@ -6,16 +6,23 @@ custom MIG config, broken nodes.
 """
 
 import json
+import os
+import sys
 from pathlib import Path
 
+import ansible_runner
 import pytest
+import yaml
 
+from tests.integration.awx.test_runner_jobs import awx_credential_env
+from tests.integration.operator.conftest import NODES, REPO_ROOT
 from tests.testbed.dcgm.exporter import DcgmSimulator
 from tests.testbed.dcgm.prometheus import Prometheus
 from tests.testbed.pytest_cluster import wait_until
 
 HERE = Path(__file__).resolve().parent
 H100_MIG_1G = 2 * 7  # op-h100 has 2 H100s; all-1g.10gb gives 7 per GPU (reference §4.2)
+NODE_NAMES = [name for name, _model, _count in NODES]
 
 
 def wait_for(predicate, timeout=90, what="condition"):
@@ -113,6 +120,50 @@ def test_site_runs_under_the_installer_account_and_stops_under_the_reconfigurati
         assert denied in messages[0], messages[0]
     assert "gpufleet-automation" in messages[0], messages[0]
     assert not refused.task_results("Install or upgrade the GPU Operator chart"), "site went past the pre-flight"
+
+
+def run_site_job(operator_sandbox, tmp_path, kubeconfig, launch_vars):
+    """The site job template as AWX runs a job (awx/configure.yml: site.yml, the GPU-node inventory source, the
+    installer credential, diff off): ansible-runner with a private data dir, this checkout as the project, the
+    inventory source awx/inventory/fleet.gpu_nodes.yml, the credential injected as AWX renders the credential type,
+    and the variables asked for at launch. The job's only way to the cluster is the injected credential."""
+    bed = operator_sandbox.bed
+    private = tmp_path / "site-job"
+    (private / "inventory").mkdir(parents=True)
+    source = REPO_ROOT / "awx" / "inventory" / "fleet.gpu_nodes.yml"
+    (private / "inventory" / source.name).write_text(source.read_text())
+    injected = private / "kubeconfig"
+    injected.write_text(Path(kubeconfig).read_text())
+    env = dict((k, v) for k, v in bed.env.items() if k != "KUBECONFIG" and not k.startswith("K8S_AUTH_"))
+    env.update(awx_credential_env(str(injected)), ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"),
+               ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+               PATH="%s%s%s" % (Path(sys.executable).parent, os.pathsep, env["PATH"]))
+    return ansible_runner.run(private_data_dir=str(private), project_dir=str(REPO_ROOT), playbook="site.yml",
+                              inventory=str(private / "inventory" / source.name), extravars=launch_vars,
+                              envvars=env, quiet=True, timeout=480)
+
+
+def test_site_job_template_runs_through_ansible_runner_with_the_installer_credential(operator_sandbox, tmp_path):
+    """AWX's site template on the installed operator: the chart release is left as it is and every GPU node passes
+    validation, with the installer ServiceAccount (rbac/gpu-operator-install.yaml) as the job's credential and the
+    hosts from the inventory source, whose connection is local (the hardware is then not read on the hosts)."""
+    bed = operator_sandbox.bed
+    bed.kubectl("apply", "-f", str(REPO_ROOT / "rbac" / "gpu-operator-install.yaml"))
+    installer = bed.serviceaccount_kubeconfig("gpufleet", "gpufleet-installer")
+    group_vars = yaml.safe_load((operator_sandbox.inventory / "group_vars" / "all.yml").read_text())
+    launch_vars = dict((k, v) for k, v in group_vars.items() if k.startswith(("gpu_operator_", "gpu_validate_")))
+    launch_vars["gpu_validate_collect_hardware"] = False
+    revision = operator_sandbox.releases()[0]["revision"]
+
+    job = run_site_job(operator_sandbox, tmp_path, installer, launch_vars)
+    assert job.status == "successful", "site job %s rc=%s:\n%s" % (job.status, job.rc, job.stdout.read()[-6000:])
+    assert operator_sandbox.releases()[0]["revision"] == revision, "the site job changed the chart release"
+    tables = [e["event_data"]["res"]["msg"] for e in job.events if e.get("event") == "runner_on_ok"
+              and e["event_data"].get("task", "").startswith("Print the validation table")]
+    assert tables, "the site job did not validate"
+    rows = tables[0][1:]
+    assert sorted(line.split()[0] for line in rows if line.split()[0] in NODE_NAMES) == sorted(NODE_NAMES), tables[0]
+    assert all(line.split()[-1] == "PASS" for line in rows if line.split()[0] in NODE_NAMES), tables[0]
 
 
 def test_check_mode_on_an_installed_operator_changes_nothing(operator_sandbox):
