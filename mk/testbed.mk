@@ -5,7 +5,7 @@ TESTBED_CLUSTER = $(BIN)/python -m tests.testbed.cluster --name $(TESTBED_NAME) 
 
 .PHONY: testbed-build testbed-operator-build testbed-nvidia-build testbed-up testbed-down testbed-status testbed-env
 
-testbed-build: ## build or reuse the cached testbed binaries (k8s, etcd, kwok, helm; cold ~40 min on 2 cores)
+testbed-build: ## build or reuse the cached testbed binaries (k8s, etcd, kwok, helm; cold ~10 min on 2 cores)
 	tests/testbed/build.sh all
 
 testbed-operator-build: ## build or reuse NVIDIA's GPU Operator controllers and extract their charts and assets: v26.7.0 (the production pin) offline from ../shared/nvidia/src, v25.3.4 from its Go module
