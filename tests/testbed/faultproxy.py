@@ -12,6 +12,11 @@ real one. Rules (first match wins, each with an optional count) make it instead:
   (a half-open connection that never sends);
 - ``refuse()``: stop listening for some seconds (connection refused), then listen on the same port again.
 
+A rule matches a request by method, a regular expression on the path (with query) and one on the body (a write's
+JSON), so a test can aim at one write among several to the same object. A request that carries its own
+``Authorization`` (a ServiceAccount token: ``kubeconfig(path, token=...)``) is forwarded without the admin
+certificate, so the API server authenticates and authorizes the token's account, not the admin.
+
 Every request is logged as (method, path with query, action) in ``.log``. Used by tests/integration/reliability/control_plane/.
 """
 
@@ -33,9 +38,10 @@ HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length"
 
 
 class Rule:
-    def __init__(self, action, match=None, method=None, count=None, code=503, retry_after=None, after=0.0):
+    def __init__(self, action, match=None, method=None, count=None, code=503, retry_after=None, after=0.0, body=None):
         self.action = action
         self.match = re.compile(match) if match else None
+        self.body = re.compile(body) if body else None
         self.method = method
         self.count = count  # None: unlimited
         self.code = code
@@ -43,10 +49,12 @@ class Rule:
         self.after = after
         self.hits = 0
 
-    def applies(self, method, path):
+    def applies(self, method, path, body=b""):
         if self.count is not None and self.hits >= self.count:
             return False
         if self.method and method != self.method:
+            return False
+        if self.body and not self.body.search((body or b"").decode("utf-8", "replace")):
             return False
         return not self.match or bool(self.match.search(path))
 
@@ -66,6 +74,9 @@ class FaultProxy:
         self.context.check_hostname = False
         self.context.verify_mode = ssl.CERT_NONE  # the testbed's self-signed serving cert on loopback
         self.context.load_cert_chain(str(client_cert), str(client_key))
+        self.token_context = ssl.create_default_context()  # for requests that bring their own credentials
+        self.token_context.check_hostname = False
+        self.token_context.verify_mode = ssl.CERT_NONE
         self.rules = []
         self.log = []
         self.port = port
@@ -87,12 +98,13 @@ class FaultProxy:
     def url(self):
         return "http://127.0.0.1:%d" % self.port
 
-    def kubeconfig(self, path):
-        """Write a kubeconfig that reaches the API server through this proxy; returns the path."""
+    def kubeconfig(self, path, token=None):
+        """Write a kubeconfig that reaches the API server through this proxy, as the admin or, with ``token``, as
+        that token's account; returns the path."""
         Path(path).write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "proxy",
             "clusters": [{"name": "proxy", "cluster": {"server": self.url}}],
-            "users": [{"name": "proxy", "user": {}}],
+            "users": [{"name": "proxy", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": "proxy"}}]}))
         return Path(path)
 
@@ -114,10 +126,10 @@ class FaultProxy:
             self.rules = []
             self.log = []
 
-    def _pick(self, method, path):
+    def _pick(self, method, path, body=None):
         with self._lock:
             for rule in self.rules:
-                if rule.applies(method, path):
+                if rule.applies(method, path, body):
                     rule.hits += 1
                     return rule
         return None
@@ -179,7 +191,7 @@ class FaultProxy:
         method, path = handler.command, handler.path
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else None
-        rule = self._pick(method, path)
+        rule = self._pick(method, path, body)
         action = rule.action if rule else "forward"
         self._record(method, path, action)
         if action == "status":
@@ -197,7 +209,9 @@ class FaultProxy:
             self._reset(handler)
             return
         headers = dict((k, v) for k, v in handler.headers.items() if k.lower() not in HOP_HEADERS | {"host"})
-        conn = http.client.HTTPSConnection(*self.upstream, context=self.context, timeout=None)
+        own_credentials = any(k.lower() == "authorization" for k in headers)
+        conn = http.client.HTTPSConnection(*self.upstream, context=self.token_context if own_credentials else self.context,
+                                           timeout=None)
         try:
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
