@@ -29,8 +29,8 @@ WRITES = [
 RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
 
 
-def test_an_outage_on_each_write_of_a_node_step_is_ridden_through(testbed, gpu_cluster, add_gpu_node, automation_kubeconfig,
-                                                                    fault_proxy, testbed_namespace, tmp_path):
+def test_an_outage_on_each_write_of_a_node_step_is_ridden_through(
+        testbed, gpu_cluster, add_gpu_node, automation_kubeconfig, fault_proxy, testbed_namespace, tmp_path):
     # "slow": 30 s in the hardware step, so the run lasts past the Lease's first renewal (at 40 s).
     node = add_gpu_node("wf", "H100-80GB-HBM3", 1, faults=["slow"])
     wait_advertised(testbed, node)
