@@ -34,6 +34,7 @@ import shutil
 import signal
 import sys
 import tarfile
+import tempfile
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -131,6 +132,7 @@ class Kubelet:
         self.grpc = grpc
         self.pb, self.pb_grpc = stubs()
         self.directory = Path(directory).resolve()
+        self._short_dir = None  # see _short
         self.status = status
         self.grace = grace
         self.devices = {}
@@ -146,6 +148,15 @@ class Kubelet:
     def socket(self):
         return self.directory / KUBELET_SOCKET
 
+    def _short(self, name):
+        """``name`` in the directory, reached through a short link: a Unix socket's path is at most 107 bytes, and a
+        test's directory (pytest's, per xdist worker) plus a plugin socket such as nvidia-mig-1g.10gb.sock can be longer,
+        which made connecting to the plugin fail."""
+        if self._short_dir is None:
+            self._short_dir = Path(tempfile.mkdtemp(prefix="gf-kubelet-"))
+            (self._short_dir / "d").symlink_to(self.directory)
+        return self._short_dir / "d" / name
+
     # -- Registration service ------------------------------------------------------------------
     def start(self):
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -159,7 +170,7 @@ class Kubelet:
 
         self.server = self.grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         self.pb_grpc.add_RegistrationServicer_to_server(Registration(), self.server)
-        self.server.add_insecure_port("unix://%s" % self.socket)
+        self.server.add_insecure_port("unix://%s" % self._short(KUBELET_SOCKET))
         self.server.start()
         LOG.info("kubelet device-plugin registration serving on %s", self.socket)
         return self
@@ -169,7 +180,7 @@ class Kubelet:
             LOG.warning("refused %s: API version %r, not %s", request.resource_name, request.version, API_VERSION)
             context.abort(self.grpc.StatusCode.INVALID_ARGUMENT, "unsupported API version %r; kubelet speaks %s"
                           % (request.version, API_VERSION))
-        endpoint = self.directory / request.endpoint
+        endpoint = self._short(request.endpoint)
         LOG.info("registered %s at %s (options %s)", request.resource_name, endpoint,
                  str(request.options).replace("\n", " ").strip())
         with self._lock:
@@ -246,6 +257,9 @@ class Kubelet:
             channel.close()
         if self.socket.exists():
             self.socket.unlink()
+        if self._short_dir is not None:
+            shutil.rmtree(self._short_dir, ignore_errors=True)  # the link only, not the directory it names
+            self._short_dir = None
 
 
 def main(argv=None):

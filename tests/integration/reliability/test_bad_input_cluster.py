@@ -115,9 +115,25 @@ def _scheduler_bound(was, now):
     return bool(was and now and was[0] == now[0] and was[1] is None and now[1] and was[2] == now[2])
 
 
-def settled_snapshot(testbed, timeout=90):
-    """A snapshot once two in a row, 3 s apart, agree (earlier tests' nodes and pods may still be going)."""
+def leftovers(testbed):
+    """What earlier tests' deleted nodes leave behind for a while: pods bound to a node that no longer exists (the
+    pod garbage collector removes them only after its quarantine, tens of seconds; a controller's replacement
+    follows) and ConfigMaps owned by pods that no longer exist (removed by the garbage collector after them)."""
+    nodes = set(n.metadata.name for n in testbed.core.list_node().items)
+    pods = testbed.core.list_pod_for_all_namespaces().items
+    found = ["pod %s/%s on deleted node %s" % (p.metadata.namespace, p.metadata.name, p.spec.node_name)
+             for p in pods if p.spec.node_name and p.spec.node_name not in nodes]
+    pod_uids = set(p.metadata.uid for p in pods)
+    found += ["configmap %s/%s of a deleted pod" % (c.metadata.namespace, c.metadata.name)
+              for c in testbed.core.list_config_map_for_all_namespaces().items
+              if any(o.kind == "Pod" and o.uid not in pod_uids for o in c.metadata.owner_references or [])]
+    return found
+
+
+def settled_snapshot(testbed, timeout=180):
+    """A snapshot once earlier tests' leftovers are gone and two snapshots in a row, 3 s apart, agree."""
     deadline = time.time() + timeout
+    testbed.wait_for(lambda: not leftovers(testbed), timeout, "earlier tests' leftovers to go", interval=2)
     last = snapshot(testbed)
     while True:
         time.sleep(3)
