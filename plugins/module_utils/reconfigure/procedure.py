@@ -120,7 +120,7 @@ def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, 
         keep_evictions(row, drainer)
         if exc.status == 404 and not node_step.node_exists(ops, node_name):
             return fail(row, "api", deleted_message(node_name, "api"), ctx, ops, node_name, started)
-        return fail(row, "api", "node %s: Kubernetes API error %s" % (node_name, api_error(exc)), ctx, ops, node_name, started)
+        return fail(row, "api", "node %s: Kubernetes API error %s" % (node_name, api_reason(exc, with_call=True)), ctx, ops, node_name, started)
     except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         keep_evictions(row, drainer)
         return unreachable(row, where["stage"], exc, ctx, ops, node_name, started)
@@ -155,11 +155,6 @@ def unexpected(row, stage, exc, ctx, ops, node_name, started):
         row.update(result="failed", stage=stage, message=message + "; diagnostics not read: " + unexpected_text(again),
                    duration_s=round(row.get("duration_s", 0.0) + time.monotonic() - started, 3))
         return row
-
-
-def api_error(exc):
-    """The API error with the request that got it, for a node's row."""
-    return api_reason(exc, with_call=True)
 
 
 def unreachable(row, stage, exc, ctx, ops, node_name, started):

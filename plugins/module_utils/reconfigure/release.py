@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import CONNECTION_ERRORS, ApiException
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client import api_reason
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import LABEL_MIG_CONFIG
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import plan as mig_plan
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import resolve
@@ -20,7 +21,6 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig import v
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.mig.errors import PlanningError
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure import node_step, preflight, snapshot
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.reconfigure.procedure import (
-    api_error,
     fail,
     give_back,
     unreachable,
@@ -66,7 +66,7 @@ def release_node(ctx, row, target, hardware=None):
         return give_back(ctx, ops, row["node"], target, row, started,
                          "allocatable, GFD labels and hardware" if hardware else "allocatable and GFD labels")
     except ApiException as exc:
-        return fail(row, "api", "node %s: Kubernetes API error %s" % (row["node"], api_error(exc)), ctx, ops, row["node"],
+        return fail(row, "api", "node %s: Kubernetes API error %s" % (row["node"], api_reason(exc, with_call=True)), ctx, ops, row["node"],
                     started)
     except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
         return unreachable(row, "release", exc, ctx, ops, row["node"], started)
