@@ -189,10 +189,17 @@ def wait_running(testbed, node, count, namespace=None):
     return testbed.wait_for(check, 90, "%d running pods on %s" % (count, node))
 
 
+# NVIDIA's node-labeling controller sets this on every GPU node whenever it next reconciles
+# (gpu-operator controllers/nodelabeling_controller.go, applyDriverAutoUpgradeAnnotation), which may fall in the middle
+# of a test; a rollout never writes it, so a before/after comparison of a node leaves it out.
+OPERATOR_TIMED_ANNOTATIONS = ("nvidia.com/gpu-driver-upgrade-enabled",)
+
+
 def node_view(testbed, node):
     n = testbed.core.read_node(node)
+    annotations = {k: v for k, v in (n.metadata.annotations or {}).items() if k not in OPERATOR_TIMED_ANNOTATIONS}
     return {"unschedulable": bool(n.spec.unschedulable), "labels": dict(n.metadata.labels or {}),
-            "annotations": dict(n.metadata.annotations or {}), "allocatable": dict(n.status.allocatable or {})}
+            "annotations": annotations, "allocatable": dict(n.status.allocatable or {})}
 
 
 def assert_nothing_lost(before, after, evicted, node):
