@@ -181,6 +181,9 @@ options:
         job's output - for example C(MIG rollout: 12:40:03  gpu-node-1  pending  +7s); a temporary file is used
         when this is omitted."
       - The directory must exist on the host that runs the module.
+      - The record is for people watching; the nodes are the truth. When the first write fails (a full disk, no
+        permission), the call refuses before any change, naming the file. A write that fails later never fails a
+        node: the rollout goes on, later steps try again, and the call warns (RV(progress_error)).
     type: path
   progress_interval:
     description:
@@ -951,6 +954,14 @@ lock_error:
       failed naming the Lease.
   returned: when the Lease was lost
   type: str
+progress_error:
+  description:
+    - How many writes of the O(progress_file) record failed after the first, and why the last one failed; also a
+      warning. The rows of this result are the rollout's outcome either way.
+  returned: when a write of the progress record failed
+  type: str
+  sample: "progress record /tmp/rollout.json: 3 write(s) failed, the last with: No space left on device; it stops
+    short of the rollout's end, whose outcome is in this result's rows"
 cancelled:
   description:
     - The signal (C(SIGINT) from Ctrl-C or AWX's cancel, C(SIGTERM)) that cancelled the run. ansible-playbook exits at

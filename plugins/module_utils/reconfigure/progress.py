@@ -99,8 +99,10 @@ class Progress(object):
         self.written_at = None  # time.monotonic() of the last write
         self.dirty = False
         self.writer = None
+        self.write_failures = 0
+        self.write_error = None  # why the latest write failed; None once one succeeds again
         if path:
-            self.write()
+            self.write()  # an OSError here stops the rollout before any change (the caller refuses)
 
     def step(self, node_name, step, message=""):
         now = self.clock()
@@ -125,7 +127,7 @@ class Progress(object):
     def write_soon(self):
         """(lock held) Write now when the last write is older than write_interval, else let the writer thread do it."""
         if self.written_at is None or time.monotonic() - self.written_at >= self.write_interval:
-            self.write()
+            self.keep()
             return
         self.dirty = True
         if self.writer is None:
@@ -144,7 +146,7 @@ class Progress(object):
                 time.sleep(pause)
             with self.lock:
                 if self.dirty and not self.finished:
-                    self.write()
+                    self.keep()
 
     def _post_events(self):
         """The poster thread: one Event at a time, in the order the steps happened, until flush() says stop."""
@@ -187,7 +189,27 @@ class Progress(object):
         self.flush()
         with self.lock:
             if self.path:
-                self.write()
+                self.keep()
+
+    def keep(self):
+        """(lock held) Write the record during the run. The record is for people watching; the nodes are the truth,
+        so a failed write (a full disk) must not fail a node mid-step: it is counted, the next step tries again,
+        and ``write_warning()`` tells the caller."""
+        try:
+            self.write()
+            self.write_error = None
+        except OSError as exc:
+            self.write_failures += 1
+            self.write_error = exc.strerror or str(exc)
+
+    def write_warning(self):
+        """A line for the result when writes failed (None when none did)."""
+        if not self.write_failures:
+            return None
+        if self.write_error:
+            return ("progress record %s: %d write(s) failed, the last with: %s; it stops short of the rollout's end, "
+                    "whose outcome is in this result's rows" % (self.path, self.write_failures, self.write_error))
+        return "progress record %s: %d write(s) failed; later writes succeeded" % (self.path, self.write_failures)
 
     def record(self):
         return {"version": RECORD_VERSION, "config": self.config, "started": round(self.started, 3),

@@ -216,9 +216,14 @@ class Rollout(object):
         if not (self.params.get("progress_file") or self.params.get("events")):
             yield
             return
-        self.tracker = progress.Progress(self.params.get("progress_file"),
-                                         self.ops_factory() if self.params.get("events") else None,
-                                         config=self.config_text())
+        try:
+            self.tracker = progress.Progress(self.params.get("progress_file"),
+                                             self.ops_factory() if self.params.get("events") else None,
+                                             config=self.config_text())
+        except OSError as exc:
+            raise Refused("progress_file %s: the progress record cannot be written (%s); no node was changed"
+                          % (self.params.get("progress_file"), exc.strerror or exc),
+                          self.selected(dict(changed=False, api_requests=self.requests())))
         self.ctx.progress = self.tracker
         try:
             yield
@@ -391,6 +396,9 @@ class Rollout(object):
         if self.tracker is not None and self.tracker.events_ops is not None:
             result["events"] = dict(posted=self.tracker.events_posted, errors=list(self.tracker.event_errors))
             self.warnings.extend(self.tracker.event_errors)
+        if self.tracker is not None and self.tracker.write_warning():
+            result["progress_error"] = self.tracker.write_warning()
+            self.warnings.append(result["progress_error"])
         if self.lock_taken is not None:
             result["lock_taken"] = self.lock_taken
         if self.lock_released is not None:

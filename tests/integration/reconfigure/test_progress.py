@@ -3,14 +3,20 @@ Events on each node (kubectl describe node). mig-reconfigure.yml under the least
 Ansible's default (text) output as a person sees it."""
 
 import datetime
+import errno
 import json
 import re
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 
-from tests.integration.reconfigure.conftest import PLAYBOOK, REPO_ROOT, node_view
-from tests.integration.reconfigure.test_rollout import STATE, rollout_vars, wait_advertised
+import pytest
+
+from tests.integration.reconfigure.conftest import PLAYBOOK, PRIOR_ANNOTATION, REPO_ROOT, PlaybookResult, node_view
+from tests.integration.reconfigure.test_rollout import CONFIG, STATE, rollout_vars, rows_of, wait_advertised
 from tests.testbed.pytest_cluster import unique_name
 from tests.support import playbook
 
@@ -102,3 +108,88 @@ def test_progress_lines_arrive_while_the_rollout_runs_and_events_record_it(testb
     assert bad in failed[-1][3] and "MIG Manager reported failed" in failed[-1][3]
     described = testbed.kubectl("describe", "node", good).stdout
     assert "MigReconfigureVerified" in described and "gpufleet" in described, described[-2000:]
+
+
+@pytest.fixture
+def short_dir():
+    """An empty directory with a short path, removed after the test."""
+    path = Path(tempfile.mkdtemp(prefix="gf-disk-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run_on_small_disk(runner, disk, book, nodes, variables=None, fill_first=False):
+    """ansible-playbook ``book`` (JSON callback) in a mount namespace of its own where ``disk`` is a 1 MiB tmpfs, also
+    its TMPDIR (the role keeps the progress record in a temporary file). ``fill_first``: full before the run starts.
+    Returns the process and the tmpfs as this process reaches it (/proc/<pid>/root/...). ``disk``'s path is short:
+    ansible's local RPC server puts a Unix socket in TMPDIR (at most 107 bytes of path)."""
+    fill = 'dd if=/dev/zero of="$TMPDIR/filler" bs=4k 2>/dev/null; ' if fill_first else ""
+    script = 'mount -t tmpfs -o size=1m gpufleet-small-disk "$TMPDIR" && %sexec "$@"' % fill
+    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+    cmd += playbook.command(book, inventory=runner.inventory(nodes), extra_vars=variables)
+    proc = subprocess.Popen(cmd, env=dict(runner.env(), TMPDIR=str(disk)), cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return proc, Path("/proc/%d/root" % proc.pid) / str(disk).lstrip("/")
+
+
+def fill(disk):
+    """Write into the tmpfs until it is full (ENOSPC)."""
+    with open(disk / "filler", "ab") as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+
+
+def test_a_full_disk_for_the_progress_record_never_fails_a_node(testbed, gpu_cluster, add_gpu_node, runner, short_dir):
+    node = add_gpu_node("pg-disk", "H100-80GB-HBM3", 1, faults=["slow"])
+    wait_advertised(testbed, node)
+    variables = dict(profile="all-1g.10gb", mig_reconfigure_nodes=[node], mig_reconfigure_lock_name=unique_name("lock"))
+    proc, disk = run_on_small_disk(runner, short_dir, PLAYBOOK, [node], variables)
+    try:
+        # MIG Manager holds the node pending (the slow fault); the record has been written by then.
+        testbed.wait_for(lambda: node_view(testbed, node)["labels"].get(STATE) == "pending", 120, "pending")
+        testbed.wait_for(lambda: any(disk.glob("mig-rollout-progress-*.json")), 30, "the progress record")
+        record = next(disk.glob("mig-rollout-progress-*.json")).name
+        fill(disk)
+    except AssertionError as exc:
+        proc.kill()
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError("%s\n%s" % (exc, PlaybookResult(proc.returncode, out, err).explain())) from None
+    out, err = proc.communicate(timeout=420)
+    result = PlaybookResult(proc.returncode, out, err)
+    assert result.rc == 0, result.explain()
+    row = rows_of(result)[node]
+    assert row["result"] == "reconfigured", row
+    view = node_view(testbed, node)
+    assert view["labels"][STATE] == "success" and view["labels"][CONFIG] == "all-1g.10gb", view["labels"]
+    assert view["unschedulable"] is False and PRIOR_ANNOTATION not in view["annotations"], view
+    errors = [h["progress_error"] for task in result.tasks() for h in (task.get("hosts") or {}).values()
+              if h.get("progress_error")]
+    assert len(errors) == 1, result.explain()
+    assert record in errors[0] and "write(s) failed, the last with: No space left on device" in errors[0], errors
+
+
+def test_a_full_disk_at_the_start_is_refused_before_any_change(testbed, gpu_cluster, add_gpu_node, runner, short_dir):
+    """The first write of the record fails: nothing is changed. (The role's temporary record never meets this:
+    Python's tempfile passes over a TMPDIR it cannot write a byte to, so the module is called with the file.)"""
+    node = add_gpu_node("pg-full", "H100-80GB-HBM3", 1)
+    wait_advertised(testbed, node)
+    before = node_view(testbed, node)
+    record = short_dir / "rollout.json"
+    book = runner.workdir / "rollout-on-full-disk.yml"
+    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [{
+        "name": "roll", "gpufleet.gpu_operator.mig_rollout": {
+            "phase": "apply", "nodes": [node], "config": "all-1g.10gb", "progress_file": str(record)}}]}]))
+    proc, _disk = run_on_small_disk(runner, short_dir, book, [], fill_first=True)
+    out, err = proc.communicate(timeout=420)
+    result = PlaybookResult(proc.returncode, out, err)
+    assert result.rc != 0, result.explain()
+    task = result.task("roll")
+    assert task["failed"] and not task["changed"], task
+    assert task["msg"] == ("progress_file %s: the progress record cannot be written (No space left on device); "
+                           "no node was changed" % record), task
+    assert "Traceback" not in out + err
+    assert node_view(testbed, node) == before

@@ -122,3 +122,33 @@ def test_steps_in_quick_succession_are_written_together_within_the_interval(tmp_
     assert len(writes) <= 2
     tracker.finish()
     assert json.loads(path.read_text())["finished"] is True
+
+
+def test_a_write_that_fails_mid_run_is_counted_and_never_raised(tmp_path):
+    directory = tmp_path / "records"
+    directory.mkdir()
+    path = directory / "rollout.json"
+    tracker = progress.Progress(str(path), clock=Clock(), write_interval=0)
+    directory.rename(tmp_path / "gone")  # each write now fails: its directory is not there
+    tracker.step("gpu-a", "draining")
+    tracker.step("gpu-a", "pending")
+    assert tracker.write_failures == 2
+    assert tracker.write_warning() == (
+        "progress record %s: 2 write(s) failed, the last with: No such file or directory; it stops short of the "
+        "rollout's end, whose outcome is in this result's rows" % path)
+    (tmp_path / "gone").rename(directory)
+    tracker.step("gpu-a", "done")
+    tracker.finish()
+    assert [step for _t, step in json.loads(path.read_text())["nodes"][0]["history"]] == ["draining", "pending", "done"]
+    assert tracker.write_warning() == "progress record %s: 2 write(s) failed; later writes succeeded" % path
+
+
+def test_the_first_write_failing_raises_so_the_rollout_can_refuse(tmp_path):
+    path = tmp_path / "missing" / "rollout.json"
+    try:
+        progress.Progress(str(path))
+    except OSError as exc:
+        assert exc.strerror == "No such file or directory"
+    else:
+        raise AssertionError("no error for %s" % path)
+    assert progress.Progress(str(tmp_path / "rollout.json")).write_warning() is None
