@@ -10,6 +10,8 @@ real one. Rules (first match wins, each with an optional count) make it instead:
 - ``cut``: forward, stream the answer for ``after`` seconds, then reset the connection (a dropped watch);
 - ``stall``: forward, send the answer's headers, then forward nothing more while holding the connection open
   (a half-open connection that never sends);
+- ``silent``: take the request, forward nothing and answer nothing, holding the connection open until the client
+  gives up or the proxy stops (a server that accepts and never answers: a hung apiserver, an etcd that stopped);
 - ``refuse()``: stop listening for some seconds (connection refused), then listen on the same port again.
 
 A rule matches a request by method, a regular expression on the path (with query) and one on the body (a write's
@@ -208,6 +210,10 @@ class FaultProxy:
         if action == "reset":
             self._reset(handler)
             return
+        if action == "silent":
+            handler.close_connection = True
+            self._stopping.wait()
+            return
         headers = dict((k, v) for k, v in handler.headers.items() if k.lower() not in HOP_HEADERS | {"host"})
         own_credentials = any(k.lower() == "authorization" for k in headers)
         conn = http.client.HTTPSConnection(*self.upstream, context=self.token_context if own_credentials else self.context,
@@ -219,11 +225,15 @@ class FaultProxy:
             self._reset(handler)
             conn.close()
             return
-        # The answer is delimited by closing the connection (no chunking to re-encode); one request per connection.
+        # One request per connection. A chunked answer (a watch) is sent on chunked, each piece as it comes: a client
+        # reading an answer delimited by the connection's close would see a watch's events only when it ends.
+        chunked = bool(resp.chunked)
         handler.send_response(resp.status, resp.reason)
         for key, value in resp.getheaders():
             if key.lower() not in HOP_HEADERS:
                 handler.send_header(key, value)
+        if chunked:
+            handler.send_header("Transfer-Encoding", "chunked")
         handler.send_header("Connection", "close")
         handler.end_headers()
         handler.wfile.flush()
@@ -240,8 +250,10 @@ class FaultProxy:
             while True:
                 chunk = resp.read1(65536)
                 if not chunk:
+                    if chunked:
+                        handler.wfile.write(b"0\r\n\r\n")
                     return
-                handler.wfile.write(chunk)
+                handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
                 handler.wfile.flush()
         except (OSError, ValueError, http.client.HTTPException):
             return

@@ -1,4 +1,5 @@
-"""mig-reconfigure.yml end to end with NVIDIA's nvidia-mig-manager doing the MIG change on the node (conftest.py:
+"""mig-reconfigure.yml end to end with NVIDIA's nvidia-mig-manager doing the MIG change on the node and NVIDIA's
+device plugin advertising its resources (conftest.py:
 a cluster of its own with NVIDIA's v26.7.0 chart and controller), run by ansible-playbook under the least-privilege
 ServiceAccount, as tests/integration/reconfigure/test_rollout.py runs it against the simulator."""
 
@@ -28,3 +29,8 @@ def test_mig_reconfigure_rolls_a_node_through_nvidias_mig_manager(nvidia_cluster
     assert gpu_instances(nvidia_cluster, name) == ["1g.10gb"] * 7 and mig_modes(nvidia_cluster, name) == [(1, 1)]
     log = nvidia_cluster.mig_manager_log(name)
     assert "Successfully updated to MIG config: all-1g.10gb" in log, log[-3000:]  # NVIDIA's process did it
+    # The allocatable the rollout verified is what NVIDIA's device plugin listed to the node's kubelet endpoint.
+    plugin_log = nvidia_cluster.device_plugin_log(name)
+    assert "Registered device plugin for 'nvidia.com/mig-1g.10gb' with Kubelet" in plugin_log, plugin_log[-3000:]
+    assert {k: v for k, v in view["allocatable"].items() if k.startswith("nvidia.com/") and v != "0"} == {
+        "nvidia.com/mig-1g.10gb": "7"}, view["allocatable"]

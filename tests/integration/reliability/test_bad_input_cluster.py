@@ -1,16 +1,15 @@
 """Generated bad input pointed at the testbed cluster: refused, and the cluster left exactly as it was.
 
 A sample of the bad inputs of tests/unit/reliability (same strategies, derandomized) is aimed at real objects:
-simulated GPU nodes with GPU and CPU workloads, NVIDIA's ClusterPolicy, a Lease. The modules that can change the
-cluster (drain, MIG config label, rollout, Lease, smoke pods) and the read-only ones run as Ansible runs them
-(one process per module, arguments through AnsibleModule) under the testbed's admin kubeconfig, so a missing check
-would be free to act. A few bad role inputs run through ansible-playbook (mig-reconfigure.yml, the gpu_operator
-role's reconfigure entry point). Before and after every run the cluster is read: node labels, annotations, taints
-and unschedulable; pods; ConfigMaps; ClusterPolicies; Leases. Any difference fails the test naming the input.
+simulated GPU nodes with GPU and CPU workloads, NVIDIA's ClusterPolicy, a Lease. Through ansible-playbook, under the
+testbed's admin kubeconfig (a missing check would be free to act): the options of the modules that can change the
+cluster (drain, MIG config label, rollout, Lease, smoke pods) and of the read-only ones, and the variables of every
+entry point of the roles that act on the cluster, drawn per option (types, sizes, structures), one task each in one
+playbook; then the playbooks users run with a bad variable each. Before and after, the cluster is read: node labels,
+annotations, taints and unschedulable; pods; ConfigMaps; ClusterPolicies; Leases. Any difference fails the test.
 """
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from hypothesis import strategies as st
 
 from tests.integration.reconfigure.conftest import PLAYBOOK, Runner, deploy, wait_running
 from tests.testbed.pytest_cluster import unique_name
-from tests.unit.plugins.modules.module_runner import ModuleWorker
 from tests.unit.reliability import bad_inputs
 
 HERE = Path(__file__).resolve().parent
@@ -29,7 +27,9 @@ OPERATOR_RECONFIGURE = HERE.parent / "operator" / "reconfigure.yml"
 # Modules that talk to the cluster; the ones that can change it first.
 API_MODULES = ["gpu_drain", "node_mig_config", "mig_rollout", "mig_rollout_lock", "gpu_smoke_test",
                "gpu_operator_status", "gpu_operator_upgrade_check", "gpu_node_validate", "gpu_cluster_info"]
-PER_MODULE = 4  # distinct bad inputs per module: 36 module runs, plus the playbook runs
+PER_MODULE = 8  # distinct bad inputs per module
+ROLE_CASES = 6  # distinct bad variables per role entry point
+CLUSTER_ROLES = ("gpu_operator", "gpu_report", "gpu_validate", "mig_reconfigure")  # the host roles act on the host
 PLACEHOLDER = "gpu-node-1"  # the node name bad_inputs.MODULE_BASE uses; replaced by a real node here
 CONFIG = "nvidia.com/mig.config"
 STATE = "nvidia.com/mig.config.state"
@@ -181,31 +181,115 @@ def fleet(testbed, testbed_namespace, gpu_cluster, add_gpu_node):
     return names
 
 
-def test_bad_input_against_the_testbed_changes_nothing(testbed, testbed_namespace, fleet, tmp_path):
-    node = fleet[0]
-    cases = sample_cases(node)
-    assert len(cases) >= 30
-    env = dict((k, v) for k, v in os.environ.items() if not k.startswith(("K8S_AUTH_", "KUBECONFIG")))
-    env["K8S_AUTH_KUBECONFIG"] = testbed.kubeconfig  # admin: a missing check would be free to act
-    workers = {}
-    before = settled_snapshot(testbed)
-    problems = []
-    try:
-        for case in cases:
-            worker = workers.get(case.target) or workers.setdefault(case.target, ModuleWorker(case.target, env=env))
-            args = case.args
-            problem = bad_inputs.problem_of(case, worker.run(args))
-            if problem:
-                problems.append("%s %s %s: %s" % (case.target, case.kind, json.dumps(args)[:200], problem))
-            unchanged_since(testbed, before, "%s with %s (%s)" % (case.target, json.dumps(args)[:200], case.kind))
-    finally:
-        for worker in workers.values():
-            worker.close()
-    assert not problems, "bad inputs not refused clearly on the testbed:\n%s" % "\n".join(problems)
-    assert len(set(c.target for c in cases)) == len(API_MODULES)
+class Unsafe(str):
+    """A string Ansible must not template (a bad input may hold "{{"): written with YAML's ``!unsafe`` tag."""
 
-    # Roles, as users run them: one ansible-playbook each.
+
+def _unsafe_strings(value):
+    if isinstance(value, str):
+        return Unsafe(value)
+    if isinstance(value, dict):
+        return dict((k, _unsafe_strings(v)) for k, v in value.items())  # names are the option's, as given
+    if isinstance(value, list):
+        return [_unsafe_strings(v) for v in value]
+    return value
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(Unsafe, lambda dumper, data: dumper.represent_scalar("!unsafe", str(data)))
+
+
+def bad_input_playbook(module_cases, role_cases):
+    """One play on localhost: a task per module case (ignore_errors), then a block per role case whose rescue shows
+    why the role stopped. Task names carry the case's index."""
+    tasks = [{"name": "module case %d" % i, "gpufleet.gpu_operator.%s" % case.target: _unsafe_strings(case.args),
+              "ignore_errors": True} for i, case in enumerate(module_cases)]
+    for i, case in enumerate(role_cases):
+        role, entry = case.target.split(":")
+        tasks.append({"name": "role case %d" % i, "block": [{
+            "name": "role case %d runs" % i,
+            "ansible.builtin.include_role": {"name": "gpufleet.gpu_operator.%s" % role, "tasks_from": entry},
+            "vars": _unsafe_strings(case.args)}],
+            "rescue": [{"name": "role case %d refused" % i,
+                        "ansible.builtin.debug": {"var": "ansible_failed_result"}}]})
+    return yaml.dump([{"name": "generated bad input", "hosts": "localhost", "gather_facts": False, "tasks": tasks}],
+                     Dumper=_Dumper, sort_keys=False)
+
+
+def role_cases(node):
+    """ROLE_CASES distinct bad variables per entry point of the roles that act on the cluster (derandomized)."""
+    cases = []
+    for entry, options in sorted(bad_inputs.load_role_specs().items()):
+        if entry.split(":")[0] not in CLUSTER_ROLES:
+            continue
+        strategies = [s for _kind, s in bad_inputs.role_faults(entry, options)]
+        for case in _first_distinct(st.sampled_from(strategies).flatmap(lambda s: s), ROLE_CASES):
+            cases.append(case._replace(args=json.loads(json.dumps(case.args, default=repr).replace(PLACEHOLDER, node))))
+    return cases
+
+
+def host_result(result, name):
+    """The localhost result of the task named exactly ``name``, or None when it did not run."""
+    for task in result.tasks():
+        if task["task"]["name"] == name:
+            for host in (task.get("hosts") or {}).values():
+                return host
+    return None
+
+
+# ansible-core's validate_argument_spec task puts this line above the argument checks' own message.
+ROLE_VALIDATION_HEADING = "Validation of arguments failed:\n"
+
+
+def role_result(result, index):
+    """What stopped role case ``index``: the failed task's result (from the rescue), its message without ansible-core's
+    heading line; None if nothing failed."""
+    rescue = host_result(result, "role case %d refused" % index)
+    if rescue is None:
+        return None
+    failed = dict(rescue.get("ansible_failed_result") or {})
+    msg = str(failed.get("msg", ""))
+    if msg.startswith(ROLE_VALIDATION_HEADING):
+        failed["msg"] = msg[len(ROLE_VALIDATION_HEADING):]
+    return failed
+
+
+def test_bad_input_against_the_testbed_changes_nothing(testbed, testbed_namespace, fleet, tmp_path):
+    """Generated bad input through ansible-playbook, with the testbed's admin kubeconfig (a missing check would be
+    free to act): every API module's options, and the variables of every entry point of the roles that act on the
+    cluster, one playbook with one task per case; then the playbooks users run with a bad variable each. The cluster
+    is compared before and after each playbook."""
+    node = fleet[0]
+    modules, roles = sample_cases(node), role_cases(node)
+    print("generated bad inputs: %d module options, %d role variables" % (len(modules), len(roles)))
+    assert len(set(c.target for c in modules)) == len(API_MODULES) and len(modules) >= 8 * len(API_MODULES)
+    assert set(c.target.split(":")[0] for c in roles) == set(CLUSTER_ROLES)
     runner = Runner(testbed.kubeconfig, tmp_path / "ansible")
+    book = tmp_path / "bad-input.yml"
+    book.write_text(bad_input_playbook(modules, roles))
+    before = settled_snapshot(testbed)
+
+    result = runner.playbook(book, [])
+
+    problems = []
+    for i, case in enumerate(modules):
+        outcome = host_result(result, "module case %d" % i)
+        problem = "did not run" if outcome is None else bad_inputs.problem_of(case, outcome)
+        if problem:
+            problems.append("%s %s %s: %s" % (case.target, case.kind, json.dumps(case.args)[:200], problem))
+    for i, case in enumerate(roles):
+        outcome = role_result(result, i)
+        problem = "accepted" if outcome is None else bad_inputs.problem_of(case, outcome)
+        if problem:
+            problems.append("%s %s %s: %s" % (case.target, case.kind, json.dumps(case.args)[:200], problem))
+    assert not problems, "bad inputs not refused clearly on the testbed:\n%s" % "\n".join(problems)
+    unchanged_since(testbed, before, "ansible-playbook %s (%d module cases, %d role cases)" % (
+        book.name, len(modules), len(roles)))
+
+    # The playbooks users run, with a bad variable each: one ansible-playbook each.
     lock = {"mig_reconfigure_lock_name": unique_name("bad-input-lock"), "mig_reconfigure_lock_duration": 10}
     playbook_cases = [
         ("max_unavailable 150%", PLAYBOOK, dict(lock, profile="all-balanced", max_unavailable="150%"), "max_unavailable"),

@@ -43,6 +43,10 @@ def _parser():
         cmd.add_argument("--mig-manager", choices=("sim", "nvidia"), default="sim",
                          help="who plays MIG Manager: the simulator (default) or NVIDIA's nvidia-mig-manager process per "
                               "node (tests/testbed/agents/nvidia_mig.py); node annotation gpusim.gpufleet.io/mig-manager wins")
+        cmd.add_argument("--device-plugin", choices=("sim", "nvidia"), default="sim",
+                         help="who advertises the GPUs: the agents (default) or NVIDIA's nvidia-device-plugin process per "
+                              "node with a kubelet endpoint (tests/testbed/agents/nvidia_plugin.py); node annotation "
+                              "gpusim.gpufleet.io/device-plugin wins")
         cmd.add_argument("-v", "--verbose", action="store_true")
         if name == "start":
             cmd.add_argument("--pidfile", default=DEFAULT_PIDFILE)
@@ -66,7 +70,8 @@ def run(args):
                     reboot_seconds=args.reboot_seconds, pod_wait_seconds=args.pod_wait_seconds,
                     rescan_seconds=args.rescan_seconds, host_clients_seconds=args.host_clients_seconds)
     agents = Agents(args.kubeconfig, args.hosts_dir, args.namespace, timing,
-                    gfd_binary=args.gfd_binary, nvml_lib_dir=args.nvml_lib_dir, mig_manager=args.mig_manager)
+                    gfd_binary=args.gfd_binary, nvml_lib_dir=args.nvml_lib_dir, mig_manager=args.mig_manager,
+                    device_plugin=args.device_plugin)
     signal.signal(signal.SIGTERM, lambda *_: agents.stop())
     signal.signal(signal.SIGINT, lambda *_: agents.stop())
     agents.start()

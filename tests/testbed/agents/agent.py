@@ -29,8 +29,9 @@ from tests.testbed.agents import hardware, metrics, operands
 from tests.testbed.agents.kube import (LOG, Cache,
                                        api_client, ignore_missing)
 from tests.testbed.agents.migmanager import CONFIG_LABEL, HOST_DRIVER_ANNOTATION, KUBELET_STOPPED_ANNOTATION, MigManager
-from tests.testbed.agents.nvidia_mig import MODES as MIG_MANAGER_MODES
 from tests.testbed.agents.nvidia_mig import NvidiaMigManagers
+from tests.testbed.agents.nvidia_plugin import NvidiaDevicePlugins
+from tests.testbed.agents.pod_processes import MODES
 from tests.testbed.gpusim import hoststate
 
 STATE_ANNOTATION = "gpusim.gpufleet.io/state"
@@ -99,9 +100,10 @@ class LagStats:
 
 class Agents:
     def __init__(self, kubeconfig, hosts_dir, namespace="gpu-operator", timing=None, gfd_binary=None, nvml_lib_dir=None,
-                 mig_manager="sim"):
-        if mig_manager not in MIG_MANAGER_MODES:
-            raise ValueError("mig_manager must be one of %s, not %r" % (", ".join(MIG_MANAGER_MODES), mig_manager))
+                 mig_manager="sim", device_plugin="sim"):
+        for what, mode in (("mig_manager", mig_manager), ("device_plugin", device_plugin)):
+            if mode not in MODES:
+                raise ValueError("%s must be one of %s, not %r" % (what, ", ".join(MODES), mode))
         self.api = api_client(kubeconfig)
         self.cache = Cache(self.api)
         self.hosts_dir = Path(hosts_dir)
@@ -123,6 +125,9 @@ class Agents:
         # MIG Manager: the simulator (default) or NVIDIA's process per node (nvidia_mig.py; a node annotation wins)
         self.mig_manager_mode = mig_manager
         self.nvidia = NvidiaMigManagers(self, kubeconfig)
+        # The device plugin: the agents' own allocatable (default) or NVIDIA's process per node (nvidia_plugin.py)
+        self.device_plugin_mode = device_plugin
+        self.plugins = NvidiaDevicePlugins(self)
 
     # -- node classification ---------------------------------------------------------------
     def state_file(self, node):
@@ -163,6 +168,7 @@ class Agents:
     def stop(self):
         self.cache.stop()
         self.nvidia.stop_all()
+        self.plugins.stop_all()
 
     def wait(self):
         while self.thread.is_alive():
@@ -200,7 +206,7 @@ class Agents:
         """Nodes whose mig-manager pod waits on a missing ConfigMap: kubelet's volume manager retries the mount on
         its own (with backoff), not only when the node or pod changes, so the pod starts once the ConfigMap exists."""
         return ({name for name, manager in list(self.managers.items()) if manager.not_started is not None}
-                | self.nvidia.to_retry())
+                | self.nvidia.to_retry() | self.plugins.to_retry())
 
     def _hardware_changed(self):
         """Nodes whose state file changed since the last look (GFD re-labels on an interval too)."""
@@ -228,6 +234,8 @@ class Agents:
                 self.exporters.pop(name).stop()
             if name in self.nvidia.nodes:
                 self.nvidia.sync(name, None, None, None)  # the node (and its pods) is gone
+            if name in self.plugins.nodes:
+                self.plugins.forget(name)
             return
         path = self.state_file(node)
         if path is None or not path.exists():
@@ -250,7 +258,11 @@ class Agents:
                     labels.pop(key, None)
                 else:
                     labels[key] = value
-        self.device_plugin(name, node, host, shared)
+        if self.plugins.node_mode(node) == "nvidia":
+            pod = self.cache.running_pod(name, self.namespace, "nvidia-device-plugin-daemonset")
+            self.plugins.sync_config(name, node, pod, path, config)
+        else:
+            self.device_plugin(name, node, host, shared)
         self.dcgm_exporter(name, node, path)
         self.mig_manager(name, node, labels, path)
 

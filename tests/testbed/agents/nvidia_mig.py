@@ -5,8 +5,8 @@ or per node (annotation MODE_ANNOTATION = nvidia|sim, which wins). The default s
 (tests/testbed/agents/migmanager.py). What this module does is what kubelet does for that pod:
 
 * while the node's ``nvidia-mig-manager`` DaemonSet pod is Running, one process runs for it
-  (tests/testbed/nvidia_mig_manager.py: mount namespace, simulated NVML, fake systemd); a new pod (another uid)
-  restarts it, a pod that is gone stops it, a process that exits is started again after a back-off (CrashLoopBackOff);
+  (tests/testbed/nvidia_mig_manager.py: mount namespace, simulated NVML, fake systemd), with the pod's lifecycle
+  of pod_processes.py;
 * its env is the container's env from the pod spec: ``value``s as they are, ``fieldRef``s resolved (spec.nodeName,
   metadata.name, metadata.namespace); plus what the operator's entrypoint script exports
   (WITH_SHUTDOWN_HOST_GPU_CLIENTS=$IS_HOST_DRIVER; IS_HOST_DRIVER comes from the node's host-driver annotation,
@@ -20,7 +20,6 @@ Logs: ``<hosts-dir>/<node>.mig-manager.log`` (the process's stdout and stderr); 
 ``<hosts-dir>/<node>.nvidia-mig-manager/`` (fake systemd's log and units, the generated config under upper/etc).
 """
 
-import threading
 import time
 from pathlib import Path
 
@@ -29,101 +28,33 @@ import yaml
 from kubernetes import client
 
 from tests.testbed.agents.kube import LOG, ignore_missing
+from tests.testbed.agents.pod_processes import MODES, PodProcesses, container_of, pod_env
 from tests.testbed.gpusim.simhost import library_dir
 from tests.testbed.nvidia_mig_manager import NvidiaMigManager, driver_ready_env
 from tests.testbed.operator import flatten_kubeconfig
 
 MODE_ANNOTATION = "gpusim.gpufleet.io/mig-manager"
-MODES = ("sim", "nvidia")
 CONTAINER = "nvidia-mig-manager"
 TOKEN_SECONDS = 24 * 3600
-BACKOFF_SECONDS = (2, 5, 10, 20, 40)
+__all__ = ["MODES", "MODE_ANNOTATION", "NvidiaMigManagers"]
 
 
-def pod_env(pod, container, node):
-    """The container's env as kubelet gives it: values, and the fieldRefs mig-manager's DaemonSet uses."""
-    meta = pod["metadata"]
-    fields = {"spec.nodeName": node, "metadata.name": meta["name"], "metadata.namespace": meta["namespace"],
-              "metadata.uid": meta["uid"], "spec.serviceAccountName": (pod.get("spec") or {}).get("serviceAccountName", "")}
-    env = {}
-    for var in container.get("env") or []:
-        if "value" in var:
-            env[var["name"]] = var["value"] or ""
-        else:
-            ref = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-            if ref in fields:
-                env[var["name"]] = fields[ref]
-    return env
-
-
-class NodeProcess:
-    def __init__(self):
-        self.pod_uid = None
-        self.manager = None
-        self.failures = 0
-        self.next_start = 0.0
-        self.waiting = None  # why the container cannot start (a missing ConfigMap), logged once
-        self.lock = threading.Lock()
-
-
-class NvidiaMigManagers:
+class NvidiaMigManagers(PodProcesses):
     """Every node's NVIDIA MIG Manager process, kept in step with the node's mig-manager pod."""
 
-    def __init__(self, agents, kubeconfig):
-        self.agents = agents
-        self.kubeconfig = Path(kubeconfig).resolve()
-        self.nodes = {}
-        self.lock = threading.Lock()
+    program = "nvidia-mig-manager"
+    mode_annotation = MODE_ANNOTATION
+    default_mode_attribute = "mig_manager_mode"
 
-    def node_mode(self, node):
-        value = ((node.get("metadata", {}).get("annotations") or {}).get(MODE_ANNOTATION) or "").strip()
-        return value if value in MODES else self.agents.mig_manager_mode
+    def __init__(self, agents, kubeconfig):
+        super().__init__(agents)
+        self.kubeconfig = Path(kubeconfig).resolve()
 
     def work_dir(self, name):
         return self.agents.hosts_dir / ("%s.nvidia-mig-manager" % name)
 
-    def _entry(self, name):
-        with self.lock:
-            return self.nodes.setdefault(name, NodeProcess())
-
-    def to_retry(self):
-        """Nodes whose process should be (re)started without a new event: crashed, or waiting on a ConfigMap."""
-        now = time.monotonic()
-        return {name for name, entry in list(self.nodes.items())
-                if entry.pod_uid and (entry.manager is None or not entry.manager.running()) and entry.next_start <= now}
-
-    # -- the pod's lifecycle ---------------------------------------------------------------
-    def sync(self, name, node, pod, state_path):
-        entry = self._entry(name)
-        with entry.lock:
-            if pod is None:
-                if entry.manager is not None:
-                    LOG.info("[%s] nvidia-mig-manager: pod gone, stopping the process", name)
-                self._stop(entry)
-                entry.pod_uid = None
-                return
-            uid = pod["metadata"]["uid"]
-            if entry.pod_uid != uid:
-                if entry.manager is not None:
-                    LOG.info("[%s] nvidia-mig-manager: new pod %s, restarting the process", name, pod["metadata"]["name"])
-                self._stop(entry)
-                entry.pod_uid, entry.failures, entry.next_start, entry.waiting = uid, 0, 0.0, None
-            if entry.manager is not None and entry.manager.running():
-                return
-            if entry.manager is not None:  # it exited: a container restart after a back-off
-                rc = entry.manager.proc.returncode if entry.manager.proc else None
-                self._stop(entry)
-                entry.failures += 1
-                delay = BACKOFF_SECONDS[min(entry.failures, len(BACKOFF_SECONDS)) - 1]
-                entry.next_start = time.monotonic() + delay
-                LOG.warning("[%s] nvidia-mig-manager exited (rc %s); restarting in %ss", name, rc, delay)
-                return
-            if time.monotonic() < entry.next_start:
-                return
-            self._start(entry, name, node, pod, state_path)
-
-    def _start(self, entry, name, node, pod, state_path):
-        container = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), None)
+    def start(self, entry, name, node, pod, state_path):
+        container = container_of(pod, CONTAINER)
         if container is None:
             LOG.warning("[%s] mig-manager pod %s has no container %s", name, pod["metadata"]["name"], CONTAINER)
             entry.next_start = time.monotonic() + 30
@@ -141,23 +72,12 @@ class NvidiaMigManagers:
         env.update(driver_ready_env(host_driver))
         kubeconfig = self.pod_kubeconfig(pod, work)
         lib_dir = self.agents.nvml_lib_dir or library_dir(build=True)
-        entry.manager = NvidiaMigManager(
+        entry.process = NvidiaMigManager(
             name, state_path, work, kubeconfig, lib_dir, namespace=pod["metadata"]["namespace"],
             env=env, pod_name=pod["metadata"]["name"], volumes=volumes,
             log_path=self.agents.log_path(name, "mig-manager"), host_driver=host_driver).start()
         LOG.info("[%s] nvidia-mig-manager started for pod %s (pid %d)", name, pod["metadata"]["name"],
-                 entry.manager.proc.pid)
-
-    @staticmethod
-    def _stop(entry):
-        if entry.manager is not None:
-            entry.manager.stop()
-            entry.manager = None
-
-    def stop_all(self):
-        for entry in list(self.nodes.values()):
-            with entry.lock:
-                self._stop(entry)
+                 entry.process.proc.pid)
 
     # -- what kubelet prepares for the container ---------------------------------------------
     def volumes(self, name, pod, container, work):
@@ -183,7 +103,7 @@ class NvidiaMigManagers:
                 if source.get("optional"):
                     continue
                 reason = 'configmap "%s" not found' % source["name"]
-                entry = self._entry(name)
+                entry = self.entry(name)
                 if entry.waiting != reason:
                     entry.waiting = reason
                     LOG.info("[%s] nvidia-mig-manager cannot start: volume %s: %s", name, mount["name"], reason)

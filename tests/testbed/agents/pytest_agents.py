@@ -12,7 +12,10 @@ GPU nodes, deleted after the test.
 
 MIG Manager is played by the simulator (tests/testbed/agents/migmanager.py) unless asked otherwise: ``mig_manager=
 "nvidia"`` on a node (annotation gpusim.gpufleet.io/mig-manager) or on GpuAgents (or GPUFLEET_MIG_MANAGER=nvidia for
-the session's agents) runs NVIDIA's nvidia-mig-manager for it (tests/testbed/agents/nvidia_mig.py).
+the session's agents) runs NVIDIA's nvidia-mig-manager for it (tests/testbed/agents/nvidia_mig.py). The same for the
+device plugin: ``device_plugin="nvidia"`` (annotation gpusim.gpufleet.io/device-plugin, GPUFLEET_DEVICE_PLUGIN=nvidia)
+runs NVIDIA's nvidia-device-plugin and a kubelet endpoint for the node (tests/testbed/agents/nvidia_plugin.py)
+instead of the agents' own allocatable.
 """
 
 import datetime
@@ -30,7 +33,8 @@ from tests.testbed import operator as real_operator
 from tests.testbed import oracle
 from tests.testbed.agents.agent import FAULT_ANNOTATION, FAULTS, STATE_ANNOTATION
 from tests.testbed.agents.nvidia_mig import MODE_ANNOTATION as MIG_MANAGER_ANNOTATION
-from tests.testbed.agents.nvidia_mig import MODES as MIG_MANAGER_MODES
+from tests.testbed.agents.nvidia_plugin import MODE_ANNOTATION as DEVICE_PLUGIN_ANNOTATION
+from tests.testbed.agents.pod_processes import MODES
 from tests.testbed.gpusim import hoststate
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -57,15 +61,21 @@ def nvml_lib_dir():
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
+def check_mode(what, mode):
+    if mode not in MODES:
+        raise ValueError("%s must be one of %s, not %r" % (what, ", ".join(MODES), mode))
+    return mode
+
+
 class GpuAgents:
     """The running agents process and helpers to make and inspect simulated GPU nodes."""
 
     __test__ = False
 
-    def __init__(self, testbed, hosts_dir, namespace=NAMESPACE, mig_manager=None):
-        self.mig_manager = mig_manager or os.environ.get("GPUFLEET_MIG_MANAGER") or "sim"
-        if self.mig_manager not in MIG_MANAGER_MODES:
-            raise ValueError("mig_manager must be one of %s, not %r" % (", ".join(MIG_MANAGER_MODES), self.mig_manager))
+    def __init__(self, testbed, hosts_dir, namespace=NAMESPACE, mig_manager=None, device_plugin=None):
+        self.mig_manager = check_mode("mig_manager", mig_manager or os.environ.get("GPUFLEET_MIG_MANAGER") or "sim")
+        self.device_plugin = check_mode("device_plugin",
+                                        device_plugin or os.environ.get("GPUFLEET_DEVICE_PLUGIN") or "sim")
         self.testbed = testbed
         self.hosts_dir = Path(hosts_dir)
         self.namespace = namespace
@@ -80,7 +90,7 @@ class GpuAgents:
         argv = [sys.executable, "-m", "tests.testbed.agents", "run", "--kubeconfig", self.testbed.kubeconfig,
                 "--hosts-dir", str(self.hosts_dir), "--namespace", self.namespace,
                 "--nvml-lib-dir", str(nvml_lib_dir()), "--gfd-binary", oracle.binary("gpu-feature-discovery"),
-                "--mig-manager", self.mig_manager, *TEST_TIMING, *extra_args]
+                "--mig-manager", self.mig_manager, "--device-plugin", self.device_plugin, *TEST_TIMING, *extra_args]
         log = open(self.log_file, "ab")  # pylint: disable=consider-using-with  # the child writes it
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT))
         time.sleep(0.5)
@@ -139,12 +149,13 @@ class GpuAgents:
         return self.hosts_dir / ("%s.state" % node)
 
     def add_gpu_node(self, name, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False,
-                     mig_manager=None, **node_kwargs):
+                     mig_manager=None, device_plugin=None, **node_kwargs):
         """Create the simulated host state and the kwok Node `name`; returns the name.
 
         faults: agent faults (FAULTS) set as node annotation; sim_faults: simulated-NVML faults
         (hoststate.FAULTS, e.g. reset_unsupported) written into the host state; node_kwargs go to
-        testbed.create_node (capacity, allocatable, taints); mig_manager: "nvidia" or "sim" for this node only.
+        testbed.create_node (capacity, allocatable, taints); mig_manager, device_plugin: "nvidia" or "sim" for this
+        node only.
         """
         unknown = set(faults or ()) - set(FAULTS)
         if unknown:
@@ -155,9 +166,9 @@ class GpuAgents:
         if faults:
             annotations[FAULT_ANNOTATION] = ",".join(faults)
         if mig_manager is not None:
-            if mig_manager not in MIG_MANAGER_MODES:
-                raise ValueError("mig_manager must be one of %s, not %r" % (", ".join(MIG_MANAGER_MODES), mig_manager))
-            annotations[MIG_MANAGER_ANNOTATION] = mig_manager
+            annotations[MIG_MANAGER_ANNOTATION] = check_mode("mig_manager", mig_manager)
+        if device_plugin is not None:
+            annotations[DEVICE_PLUGIN_ANNOTATION] = check_mode("device_plugin", device_plugin)
         labels = dict(real_operator.NFD_GPU_NODE_LABELS, **(labels or {}))
         self.testbed.create_node(name, labels=labels, annotations=annotations, **node_kwargs)
         return name
@@ -186,6 +197,11 @@ class GpuAgents:
     def mig_manager_log(self, name):
         path = self.hosts_dir / ("%s.mig-manager.log" % name)
         return path.read_text() if path.exists() else ""
+
+    def device_plugin_log(self, name):
+        """NVIDIA's nvidia-device-plugin's output for the node (device-plugin mode "nvidia"), every run of it."""
+        path = self.hosts_dir / ("%s.nvidia-device-plugin" % name) / "device-plugin.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def wait_labels(self, name, expected, timeout=60):
         """Wait until every key of `expected` has that value (None: absent); returns the labels."""

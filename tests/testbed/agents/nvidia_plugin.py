@@ -1,0 +1,117 @@
+"""The agents' opt-in device-plugin mode "nvidia": NVIDIA's nvidia-device-plugin plays a node's device-plugin pod.
+
+Chosen per agents process (``--device-plugin nvidia``; GpuAgents(device_plugin="nvidia") or
+GPUFLEET_DEVICE_PLUGIN=nvidia) or per node (annotation MODE_ANNOTATION = nvidia|sim, which wins). The default stays
+the agents' own capacity/allocatable (agent.py ``device_plugin``). What this module does is what kubelet does:
+
+* a node in this mode has a kubelet device-plugin endpoint for its lifetime (tests/testbed/kubelet_deviceplugin.py,
+  in the agents process): the Registration service on the node's ``kubelet.sock`` and one ListAndWatch stream per
+  registered resource, whose answers become the node's capacity and allocatable; when a plugin stops, its resource's
+  allocatable is 0 at once and its capacity 0 after kubelet's grace (GRACE_SECONDS here);
+* while the node's ``nvidia-device-plugin-daemonset`` pod is Running, NVIDIA's plugin runs for it
+  (tests/testbed/nvidia_device_plugin.py: mount namespace, simulated NVML), with the pod's lifecycle of
+  pod_processes.py; its env is the ``nvidia-device-plugin`` container's env from the pod spec, i.e. what NVIDIA's
+  controller rendered from the ClusterPolicy (MIG_STRATEGY, ...), without its CDI settings (CDI_ENABLED and a
+  ``cdi-*`` DEVICE_LIST_STRATEGY make the plugin write CDI specs from the driver's files, which the simulated host does
+  not have: DEVICE_LIST_STRATEGY is the DaemonSet's ``envvar``);
+* the pod's ``config-manager`` container is played by the agents: the config chosen from the ClusterPolicy's
+  device-plugin ConfigMap by the node's ``nvidia.com/device-plugin.config`` label (agent.py ``plugin_config``) is
+  written to the file CONFIG_FILE names, and a change restarts the plugin (config-manager's SIGHUP makes the plugin
+  restart itself with the new file).
+
+Logs, in ``<hosts-dir>/<node>.nvidia-device-plugin/``: ``device-plugin.log`` (NVIDIA's process, stdout and stderr)
+and the endpoint's lines in the agents' log.
+"""
+
+import time
+
+import yaml
+
+from tests.testbed.agents.kube import LOG
+from tests.testbed.agents.pod_processes import PodProcesses, container_of, pod_env
+from tests.testbed.gpusim.simhost import library_dir
+from tests.testbed.kubelet_deviceplugin import Kubelet
+from tests.testbed.nvidia_device_plugin import NvidiaDevicePlugin
+
+MODE_ANNOTATION = "gpusim.gpufleet.io/device-plugin"
+CONTAINER = "nvidia-device-plugin"
+GRACE_SECONDS = 30  # kubelet's endpointStopGracePeriod is 5 minutes; tests wait for a stale resource to go
+CDI_ENV = ("CDI_ENABLED", "CDI_ANNOTATION_PREFIX", "NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH")
+
+
+class NvidiaDevicePlugins(PodProcesses):
+    """Every node's kubelet endpoint and NVIDIA device-plugin process, kept in step with its device-plugin pod."""
+
+    program = "nvidia-device-plugin"
+    mode_annotation = MODE_ANNOTATION
+    default_mode_attribute = "device_plugin_mode"
+
+    def __init__(self, agents):
+        super().__init__(agents)
+        self.kubelets = {}  # node -> Kubelet
+        self.configs = {}  # node -> the config text the running plugin was started with (None: none)
+
+    def work_dir(self, name):
+        return self.agents.hosts_dir / ("%s.nvidia-device-plugin" % name)
+
+    def sync_config(self, name, node, pod, state_path, config):
+        """``sync`` with the node's device-plugin config (a mapping or None): a changed config restarts the plugin."""
+        text = yaml.safe_dump(config) if config else None
+        entry = self.entry(name)
+        with entry.lock:
+            if entry.process is not None and self.configs.get(name) != text:
+                LOG.info("[%s] nvidia-device-plugin: device-plugin config changed, restarting", name)
+                self._stop(entry)
+            self.configs[name] = text
+        self.sync(name, node, pod, state_path)
+
+    def kubelet(self, name):
+        kubelet = self.kubelets.get(name)
+        if kubelet is None:
+            core = self.agents.cache.core
+
+            def status(resource, capacity, allocatable):
+                core.patch_node_status(name, {"status": {"capacity": {resource: str(capacity)},
+                                                         "allocatable": {resource: str(allocatable)}}})
+            kubelet = self.kubelets[name] = Kubelet(self.work_dir(name) / "device-plugins", status,
+                                                    GRACE_SECONDS).start()
+        return kubelet
+
+    def start(self, entry, name, node, pod, state_path):
+        container = container_of(pod, CONTAINER)
+        if container is None:
+            LOG.warning("[%s] device-plugin pod %s has no container %s", name, pod["metadata"]["name"], CONTAINER)
+            entry.next_start = time.monotonic() + 30
+            return
+        self.kubelet(name)
+        env = pod_env(pod, container, name)
+        for key in CDI_ENV:
+            env.pop(key, None)
+        if "cdi" in env.get("DEVICE_LIST_STRATEGY", ""):
+            env["DEVICE_LIST_STRATEGY"] = "envvar"
+        work = self.work_dir(name)
+        config = self.configs.get(name)
+        if config:
+            path = work / "config" / "config.yaml"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(config)
+            env["CONFIG_FILE"] = str(path)
+        else:
+            env.pop("CONFIG_FILE", None)
+        lib_dir = self.agents.nvml_lib_dir or library_dir(build=True)
+        entry.process = NvidiaDevicePlugin(name, state_path, work, lib_dir, env=env).start()
+        LOG.info("[%s] nvidia-device-plugin started for pod %s (pid %d)", name, pod["metadata"]["name"],
+                 entry.process.proc.pid)
+
+    def forget(self, name):
+        """The node is gone: its plugin and its kubelet endpoint stop."""
+        self.sync(name, None, None, None)
+        kubelet = self.kubelets.pop(name, None)
+        if kubelet is not None:
+            kubelet.stop()
+        self.configs.pop(name, None)
+
+    def stop_all(self):
+        super().stop_all()
+        for name in list(self.kubelets):
+            self.kubelets.pop(name).stop()
