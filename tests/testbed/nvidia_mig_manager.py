@@ -156,6 +156,7 @@ class NvidiaMigManager(NodeProcess):
         self.proc = None
         self.systemd = None
         self.log_path = Path(log_path) if log_path else self.work / "mig-manager.log"
+        self.cri_log_path = self.log_path.with_name(self.log_path.name + ".cri")  # what `kubectl logs` serves
         self.host_driver = host_driver
 
     # -- files -----------------------------------------------------------------------------
@@ -182,10 +183,16 @@ class NvidiaMigManager(NodeProcess):
             link.symlink_to(target)
         (root / "dev").mkdir(parents=True, exist_ok=True)
 
+    @property
+    def faults_file(self):
+        """The OS-boundary faults the fake host programs honour (tests/testbed/fakehost/bin/nvidia-ctk), one a line."""
+        return self.work / "fakehost-faults"
+
     def environment(self):
         env = {"PATH": "%s:%s" % (FAKEHOST_BIN, SYSTEM_PATH), "HOME": "/root", "KUBECONFIG": str(self.work / "kubeconfig"),
                "NODE_NAME": self.node, "POD_NAMESPACE": self.namespace, "DEFAULT_GPU_CLIENTS_NAMESPACE": self.namespace,
-               "LD_LIBRARY_PATH": str(self.nvml_lib_dir), "GPUFLEET_SIM_NVML_STATE": str(self.state_path)}
+               "LD_LIBRARY_PATH": str(self.nvml_lib_dir), "GPUFLEET_SIM_NVML_STATE": str(self.state_path),
+               "GPUFLEET_FAKEHOST_FAULTS": str(self.faults_file)}
         if self.pod_name:
             env["POD_NAME"] = self.pod_name
         env.update(self.env)
@@ -213,7 +220,7 @@ class NvidiaMigManager(NodeProcess):
             if self.systemd.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("fake systemd did not start: %s" % (self.work / "systemd.log").read_text()[-2000:])
             time.sleep(0.05)
-        self.proc = spawn(self.command(), self.log_path, env=self.environment())
+        self.proc = spawn(self.command(), self.log_path, env=self.environment(), cri_path=self.cri_log_path)
         return self
 
     def stop(self):

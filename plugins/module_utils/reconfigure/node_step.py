@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
 import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import (
@@ -45,6 +46,12 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module i
 MIG_MANAGER_APP = "nvidia-mig-manager"  # the app label of MIG Manager's pods (assets/state-mig-manager/0600_daemonset.yaml)
 MIG_MANAGER_SELECTOR = "app=%s" % MIG_MANAGER_APP
 # What the node's MIG config label said before we changed it (for rollback), and the target we set.
+# How MIG Manager logs why a change failed: its main loop logs the error of the reconfiguration with logrus's text
+# format, `level=error msg="Error: <reason>"` (mig-parted cmd/nvidia-mig-manager/main.go, v0.15.0), quotes escaped.
+MIG_MANAGER_ERROR = re.compile(r'level=error msg="Error: ((?:[^"\\]|\\.)*)"')
+# MIG Manager's CDI step, run after the MIG change when ClusterPolicy cdi.enabled (the default from v26.7.0 on):
+# pkg/mig/reconfigure handleCDI wraps its errors in this.
+CDI_FAILURE = "failed to handle CDI"
 PREVIOUS_CONFIG_ANNOTATION = "gpufleet.io/mig-previous-config"
 TARGET_CONFIG_ANNOTATION = "gpufleet.io/mig-target-config"
 
@@ -292,6 +299,15 @@ def wait_verified(ops, node_name, expected_resources, expected_labels, deadline,
     return []
 
 
+def mig_manager_error(logs):
+    """The reason MIG Manager last logged for a failed change, from its pods' logs ({pod: text}); None if none."""
+    found = None
+    for text in logs.values():
+        for match in MIG_MANAGER_ERROR.finditer(text or ""):
+            found = re.sub(r"\\(.)", r"\1", match.group(1))
+    return found
+
+
 def collect_diagnostics(ops, node_name, namespace, log_lines=100):
     """What an operator needs when a node's MIG change fails or hangs (GPU busy, reset refused, stuck ``pending``:
     NVIDIA/mig-parted#181, NVIDIA/gpu-operator#668, #2833)."""
@@ -337,7 +353,19 @@ def collect_diagnostics(ops, node_name, namespace, log_lines=100):
     diagnostics["mig_manager_logs"] = logs
     diagnostics["gpu_pods_on_node"] = sorted(gpu_pods)
     hints = []
-    if diagnostics["state"] == "failed":
+    reason = mig_manager_error(logs) if diagnostics["state"] == "failed" else None
+    if reason:
+        diagnostics["mig_manager_error"] = reason
+    if reason and CDI_FAILURE in reason:
+        hints.append("MIG Manager changed the MIG layout for %s, then its CDI step failed (ClusterPolicy cdi.enabled, "
+                     "the default from GPU Operator v26.7.0 on: it runs the toolkit's nvidia-ctk to make the control "
+                     "device nodes and the management CDI spec under the driver root): %s; its log does not keep "
+                     "nvidia-ctk's own error: run nvidia-ctk cdi generate --mode=management in the MIG Manager pod to "
+                     "see it, and check the driver root (driver.enabled, hostPaths.driverInstallDir)"
+                     % (diagnostics["config"], reason))
+    elif reason:
+        hints.append("MIG Manager reported failed for %s: %s" % (diagnostics["config"], reason))
+    elif diagnostics["state"] == "failed":
         hints.append("MIG Manager reported failed for %s: its log says why; a GPU held by a client (persistenced, "
                      "DCGM, a leftover process) is the usual cause, a mode change without reset support needs "
                      "WITH_REBOOT" % diagnostics["config"])

@@ -99,8 +99,11 @@ def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, 
                           LABEL_MIG_CONFIG, now)}[step["final"]]
             if step["final"] == "changed":
                 row["changed_by_other"] = now
-            row = fail(row, "apply", "node %s: %s -> %s: %s; node left cordoned" % (
-                node_name, row["before"] or "unset", target, reason), ctx, ops, node_name, started)
+            row = fail(row, "apply", None, ctx, ops, node_name, started)
+            if step["final"] == "failed" and row["diagnostics"].get("mig_manager_error"):
+                reason += ": " + row["diagnostics"]["mig_manager_error"]
+            row["message"] = "node %s: %s -> %s: %s; node left cordoned" % (
+                node_name, row["before"] or "unset", target, reason)
             if o["rollback_on_failure"] and step["final"] != "changed":
                 row["rollback"] = rollback(ctx, ops, node_name)
                 row["message"] += "; rollback: " + rollback_summary(row["rollback"])

@@ -43,8 +43,11 @@ RECONCILE_THREADS = 8
 # slow-start: MIG Manager acts on a label change only after Timing.slow_seconds; stale-plugin: the device plugin
 # keeps advertising what it did (allocatable does not follow the hardware); kubelet-not-ready: after a host-client
 # shutdown kubelet comes back but the node stays NotReady until the fault is cleared.
+# cdi-generate-fails: at the OS boundary, for NVIDIA's MIG Manager (mode nvidia): the host's nvidia-ctk cannot generate
+# the CDI spec (tests/testbed/fakehost/bin/nvidia-ctk), so MIG Manager's CDI step fails after the MIG change.
+HOST_FAULTS = ("cdi-generate-fails",)
 FAULTS = ("fail", "fail-once", "wedge-pending", "wedge-once", "slow", "reset-unsupported", "gpu-held", "slow-start",
-          "stale-plugin", "kubelet-not-ready")
+          "stale-plugin", "kubelet-not-ready") + HOST_FAULTS
 
 
 @dataclasses.dataclass
@@ -371,7 +374,12 @@ class Agents:
     def mig_manager(self, name, node, labels, state_path):
         pod = self.cache.running_pod(name, self.namespace, "nvidia-mig-manager")
         if self.nvidia.node_mode(node) == "nvidia":
+            self.nvidia.set_host_faults(name, self.faults(node) & set(HOST_FAULTS))
             self.nvidia.sync(name, node, pod, state_path)
+            if pod is not None and self.nvidia.entry(name).logs_served != pod["metadata"]["uid"]:
+                # kubectl logs: the process's output in CRI format (NvidiaMigManager.cri_log_path)
+                self.serve_logs(pod, self.log_path(name, "mig-manager").with_suffix(".log.cri"))
+                self.nvidia.entry(name).logs_served = pod["metadata"]["uid"]
             return
         if pod is None:
             return

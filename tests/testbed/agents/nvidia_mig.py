@@ -53,6 +53,14 @@ class NvidiaMigManagers(PodProcesses):
     def work_dir(self, name):
         return self.agents.hosts_dir / ("%s.nvidia-mig-manager" % name)
 
+    def set_host_faults(self, name, faults):
+        """The node's OS-boundary faults (agent.HOST_FAULTS), in the file the fake host programs read at each call."""
+        path = self.work_dir(name) / "fakehost-faults"
+        text = "".join("%s\n" % f for f in sorted(faults))
+        if (path.read_text() if path.exists() else "") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
     def start(self, entry, name, node, pod, state_path):
         container = container_of(pod, CONTAINER)
         if container is None:

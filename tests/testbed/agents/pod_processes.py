@@ -40,6 +40,7 @@ class NodeEntry:
         self.failures = 0
         self.next_start = 0.0
         self.waiting = None  # why the container cannot start (a missing ConfigMap), logged once
+        self.logs_served = None  # the pod uid whose `kubectl logs` serve the process's output
         self.lock = threading.Lock()
 
 

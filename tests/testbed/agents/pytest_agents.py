@@ -175,7 +175,7 @@ class GpuAgents:
 
     def remove_gpu_node(self, name):
         self.testbed.delete_node(name)
-        for suffix in (".state", ".state.lock", ".mig-manager.log", ".device-plugin.log"):
+        for suffix in (".state", ".state.lock", ".mig-manager.log", ".mig-manager.log.cri", ".device-plugin.log"):
             (self.hosts_dir / (name + suffix)).unlink(missing_ok=True)
 
     def set_faults(self, name, faults):

@@ -310,3 +310,57 @@ def test_mig_manager_not_running_names_the_missing_configmap_or_the_missing_pod(
     ops.list_pods_on_node = lambda name, label_selector=None: {"items": [
         {"metadata": {"namespace": "gpu-operator", "name": "m"}, "status": {"phase": "Running"}}]}
     assert node_step.mig_manager_not_running(ops, "n1", "gpu-operator", {"spec": {}}) is None
+
+
+CDI_LOG = (
+    'time="2026-12-07T02:00:20Z" level=info msg="Applying the selected MIG config to the node"\n'
+    'time="2026-12-07T02:00:21Z" level=info msg="Creating management CDI spec (simplified implementation)"\n'
+    'level=error msg="failed to generate CDI spec: failed to initialize NVML"\n'
+    'time="2026-12-07T02:00:21Z" level=error msg="Error: failed to handle CDI: cmd.Wait error for cdiGenerateCommand: '
+    'exit status 1"\n'
+    'time="2026-12-07T02:00:21Z" level=info msg="Waiting for change to \'nvidia.com/mig.config\' label"\n')
+
+
+def test_mig_managers_reason_is_its_last_error_line_unescaped():
+    older = 'time="1" level=error msg="Error: failed to apply MIG configuration: exit status 1"\n'
+    assert node_step.mig_manager_error({"gpu-operator/a": older + CDI_LOG}) == (
+        "failed to handle CDI: cmd.Wait error for cdiGenerateCommand: exit status 1")
+    assert node_step.mig_manager_error({"p": 'level=error msg="Error: config \\"x\\" unknown"'}) == 'config "x" unknown'
+    assert node_step.mig_manager_error({"p": 'level=error msg="failed to generate CDI spec"'}) is None  # not its loop's
+    assert node_step.mig_manager_error({}) is None
+
+
+class DiagnosticsOps(object):
+    """What collect_diagnostics reads: the node, the pods on it, MIG Manager's log."""
+
+    def __init__(self, state, log):
+        self.node = {"metadata": {"name": "gpu-a", "labels": {CONFIG: "all-1g.10gb", STATE: state}},
+                     "spec": {"unschedulable": True}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+        self.log = log
+
+    def get_node(self, name):
+        return self.node
+
+    def list_pods_on_node(self, name):
+        return {"items": [{"metadata": {"name": "nvidia-mig-manager-x", "namespace": "gpu-operator",
+                                        "labels": {"app": node_step.MIG_MANAGER_APP}},
+                           "spec": {"nodeName": name}, "status": {"phase": "Running"}}]}
+
+    def pod_log(self, namespace, name, tail_lines=None):
+        return self.log
+
+
+def test_a_failed_cdi_step_is_named_with_mig_managers_reason_and_where_to_look():
+    found = node_step.collect_diagnostics(DiagnosticsOps("failed", CDI_LOG), "gpu-a", "gpu-operator")
+    assert found["mig_manager_error"] == "failed to handle CDI: cmd.Wait error for cdiGenerateCommand: exit status 1"
+    assert found["hints"][0].startswith(
+        "MIG Manager changed the MIG layout for all-1g.10gb, then its CDI step failed (ClusterPolicy cdi.enabled"), found
+    assert found["hints"][0].endswith(
+        ": failed to handle CDI: cmd.Wait error for cdiGenerateCommand: exit status 1; its log does not keep "
+        "nvidia-ctk's own error: run nvidia-ctk cdi generate --mode=management in the MIG Manager pod to see it, and "
+        "check the driver root (driver.enabled, hostPaths.driverInstallDir)"), found
+    other = 'level=error msg="Error: failed to apply MIG configuration: exit status 1"'
+    found = node_step.collect_diagnostics(DiagnosticsOps("failed", other), "gpu-a", "gpu-operator")
+    assert found["hints"][0] == "MIG Manager reported failed for all-1g.10gb: failed to apply MIG configuration: exit status 1"
+    found = node_step.collect_diagnostics(DiagnosticsOps("success", CDI_LOG), "gpu-a", "gpu-operator")
+    assert "mig_manager_error" not in found  # an old error in the log of a node that has since succeeded
