@@ -28,7 +28,7 @@ import yaml
 from kubernetes import client
 
 from tests.testbed.agents.kube import LOG, ignore_missing
-from tests.testbed.agents.pod_processes import MODES, PodProcesses, container_of, pod_env
+from tests.testbed.agents.pod_processes import MODES, PodProcesses, pod_env
 from tests.testbed.gpusim.simhost import library_dir
 from tests.testbed.nvidia_mig_manager import NvidiaMigManager, driver_ready_env
 from tests.testbed.operator import flatten_kubeconfig
@@ -43,6 +43,7 @@ class NvidiaMigManagers(PodProcesses):
     """Every node's NVIDIA MIG Manager process, kept in step with the node's mig-manager pod."""
 
     program = "nvidia-mig-manager"
+    container = CONTAINER
     mode_annotation = MODE_ANNOTATION
     default_mode_attribute = "mig_manager_mode"
 
@@ -61,12 +62,7 @@ class NvidiaMigManagers(PodProcesses):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
 
-    def start(self, entry, name, node, pod, state_path):
-        container = container_of(pod, CONTAINER)
-        if container is None:
-            LOG.warning("[%s] mig-manager pod %s has no container %s", name, pod["metadata"]["name"], CONTAINER)
-            entry.next_start = time.monotonic() + 30
-            return
+    def start(self, entry, name, node, pod, container, state_path):
         work = self.work_dir(name)
         volumes = self.volumes(name, pod, container, work)
         if volumes is None:

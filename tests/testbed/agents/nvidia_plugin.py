@@ -23,12 +23,11 @@ Logs, in ``<hosts-dir>/<node>.nvidia-device-plugin/``: ``device-plugin.log`` (NV
 and the endpoint's lines in the agents' log.
 """
 
-import time
 
 import yaml
 
 from tests.testbed.agents.kube import LOG
-from tests.testbed.agents.pod_processes import PodProcesses, container_of, pod_env
+from tests.testbed.agents.pod_processes import PodProcesses, pod_env
 from tests.testbed.gpusim.simhost import library_dir
 from tests.testbed.kubelet_deviceplugin import Kubelet
 from tests.testbed.nvidia_device_plugin import NvidiaDevicePlugin
@@ -43,6 +42,7 @@ class NvidiaDevicePlugins(PodProcesses):
     """Every node's kubelet endpoint and NVIDIA device-plugin process, kept in step with its device-plugin pod."""
 
     program = "nvidia-device-plugin"
+    container = CONTAINER
     mode_annotation = MODE_ANNOTATION
     default_mode_attribute = "device_plugin_mode"
 
@@ -77,12 +77,7 @@ class NvidiaDevicePlugins(PodProcesses):
                                                     GRACE_SECONDS).start()
         return kubelet
 
-    def start(self, entry, name, node, pod, state_path):
-        container = container_of(pod, CONTAINER)
-        if container is None:
-            LOG.warning("[%s] device-plugin pod %s has no container %s", name, pod["metadata"]["name"], CONTAINER)
-            entry.next_start = time.monotonic() + 30
-            return
+    def start(self, entry, name, node, pod, container, state_path):
         self.kubelet(name)
         env = pod_env(pod, container, name)
         for key in CDI_ENV:

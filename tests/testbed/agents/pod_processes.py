@@ -45,11 +45,12 @@ class NodeEntry:
 
 
 class PodProcesses:
-    """Every node's process for one DaemonSet's pod. Subclasses name the program (``program``), the annotation that
-    picks the mode per node and the agents' attribute with the default mode, and ``start(entry, name, node, pod,
-    state_path)``, which sets ``entry.process`` (a started NodeProcess) or ``entry.next_start`` (try again later)."""
+    """Every node's process for one DaemonSet's pod. Subclasses name the program (``program``), the pod's container it
+    plays, the annotation that picks the mode per node and the agents' attribute with the default mode, and
+    ``start(entry, name, node, pod, container, state_path)``, which sets ``entry.process`` (a started NodeProcess) or ``entry.next_start`` (try again later)."""
 
     program = None
+    container = None  # the name of the pod's container the process plays
     mode_annotation = None
     default_mode_attribute = None
 
@@ -99,9 +100,14 @@ class PodProcesses:
                 return
             if time.monotonic() < entry.next_start:
                 return
-            self.start(entry, name, node, pod, state_path)
+            container = container_of(pod, self.container)
+            if container is None:
+                LOG.warning("[%s] pod %s has no container %s", name, pod["metadata"]["name"], self.container)
+                entry.next_start = time.monotonic() + 30
+                return
+            self.start(entry, name, node, pod, container, state_path)
 
-    def start(self, entry, name, node, pod, state_path):
+    def start(self, entry, name, node, pod, container, state_path):
         raise NotImplementedError
 
     @staticmethod
