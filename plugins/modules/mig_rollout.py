@@ -183,7 +183,7 @@ options:
       - The directory must exist on the host that runs the module.
       - The record is for people watching; the nodes are the truth. When the first write fails (a full disk, no
         permission), the call refuses before any change, naming the file. A write that fails later never fails a
-        node: the rollout goes on, later steps try again, and the call warns (RV(progress_error)).
+        node; the rollout goes on, later steps try again, and the call warns (RV(progress_error)).
     type: path
   progress_interval:
     description:
