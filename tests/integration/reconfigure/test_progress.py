@@ -5,6 +5,7 @@ Ansible's default (text) output as a person sees it."""
 import datetime
 import errno
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -121,7 +122,7 @@ def short_dir():
 def run_on_small_disk(runner, disk, book, nodes, variables=None, fill_first=False):
     """ansible-playbook ``book`` (JSON callback) in a mount namespace of its own where ``disk`` is a 1 MiB tmpfs, also
     its TMPDIR (the role keeps the progress record in a temporary file). ``fill_first``: full before the run starts.
-    Returns the process and the tmpfs as this process reaches it (/proc/<pid>/root/...). ``disk``'s path is short:
+    Returns the process and the tmpfs as this process reaches it (through the child's root in procfs). ``disk``'s path is short:
     ansible's local RPC server puts a Unix socket in TMPDIR (at most 107 bytes of path)."""
     fill = 'dd if=/dev/zero of="$TMPDIR/filler" bs=4k 2>/dev/null; ' if fill_first else ""
     script = 'mount -t tmpfs -o size=1m gpufleet-small-disk "$TMPDIR" && %sexec "$@"' % fill
@@ -129,7 +130,7 @@ def run_on_small_disk(runner, disk, book, nodes, variables=None, fill_first=Fals
     cmd += playbook.command(book, inventory=runner.inventory(nodes), extra_vars=variables)
     proc = subprocess.Popen(cmd, env=dict(runner.env(), TMPDIR=str(disk)), cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    return proc, Path("/proc/%d/root" % proc.pid) / str(disk).lstrip("/")
+    return proc, Path(os.sep, "proc", str(proc.pid), "root") / str(disk).lstrip(os.sep)
 
 
 def fill(disk):
