@@ -21,7 +21,8 @@ Which config a node gets (``cmd/config-manager/main.go`` updateConfigName, run b
 FALLBACK_STRATEGIES=empty and DEFAULT_CONFIG=devicePlugin.config.default): the key named by the node's
 ``nvidia.com/device-plugin.config`` label; else devicePlugin.config.default; else an empty config (no
 sharing). A key named ``default``, or a single key, is not picked up by itself. A label or default that
-names a missing key stops the config manager ("specified config ... does not exist").
+names a missing key stops the config manager ("specified config ... does not exist"). tests/integration/oracle
+checks the module's verdict and ``device_plugin_config_selection`` against NVIDIA's config-manager on real Nodes.
 
 Hand-written because NVIDIA ships this logic only in Go.
 """
@@ -371,23 +372,6 @@ def check_config(where, config, mig_strategy):
             warnings.append("%s shares %s, which exists only under MIG strategy mixed (the operator's is %s): no effect"
                             % (swhere, resource["name"], mig_strategy))
     return [], warnings, {"sharing": strategy, "resources": replicated, "fail_requests_greater_than_one": fail_gt_one}
-
-
-def config_for_node(labels, config_names, default=None):
-    """(config name or None, problem or None) the config manager picks for a node with ``labels``.
-
-    None without a problem means an empty config: no sharing on that node."""
-    names = set(config_names or ())
-    wanted = (labels or {}).get(LABEL_DEVICE_PLUGIN_CONFIG)
-    if wanted:
-        if wanted in names:
-            return wanted, None
-        return None, "label %s=%s names no device-plugin config (have: %s)" % (LABEL_DEVICE_PLUGIN_CONFIG, wanted, ", ".join(sorted(names)) or "none")
-    if default:
-        if default in names:
-            return default, None
-        return None, "devicePlugin.config.default %r names no device-plugin config (have: %s)" % (default, ", ".join(sorted(names)) or "none")
-    return None, None
 
 
 def selection_text(config_names, default=None):

@@ -236,18 +236,3 @@ def test_mps_sharing_as_nvidias_gfd_and_device_plugin():
     assert operands.time_slicing({"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}).strategy \
         == "time-slicing"
     assert operands.time_slicing(None).strategy == "none"
-
-
-@pytest.mark.parametrize("keys, label, default, expected", [
-    (["a", "b"], "b", None, ("b", None)),
-    (["a", "b"], None, "a", ("a", None)),
-    (["a", "b"], "b", "a", ("b", None)),
-    # NVIDIA's config manager under the GPU Operator (FALLBACK_STRATEGIES=empty): no label, no default -> no config,
-    # even with a key named `default` or a single key (cmd/config-manager/main.go updateConfigName).
-    (["default", "b"], None, None, (None, None)),
-    (["only"], None, None, (None, None)),
-    (["a"], "missing", None, (None, "specified config missing does not exist")),
-    (["a"], None, "missing", (None, "specified config missing does not exist")),
-])
-def test_device_plugin_config_selection_follows_the_config_manager(keys, label, default, expected):
-    assert operands.select_plugin_config(keys, label, default) == expected

@@ -91,20 +91,44 @@ def test_accepted_configs_share_what_nvidia_shares(nvidia_verdicts):
     assert compared >= 15
 
 
-@pytest.mark.parametrize("keys, label, default", [
-    (["a", "b"], "b", None), (["a", "b"], None, "a"), (["a", "b"], "b", "a"), (["default", "b"], None, None),
-    (["only"], None, None), (["a"], "missing", None), (["a"], None, "missing"), (["default"], None, "default"),
+@pytest.mark.parametrize("keys, default", [
+    (["a", "b"], None), (["a", "b"], "a"), (["default", "b"], None), (["only"], None), (["a"], "missing"),
+    (["default"], "default"), ([], None), ([], "a"),
 ])
-def test_which_config_a_node_gets_is_the_same_in_the_role_and_the_simulated_config_manager(keys, label, default):
-    """NVIDIA's config manager (cmd/config-manager/main.go updateConfigName with the operator's
-    FALLBACK_STRATEGIES=empty): label, else default, else nothing - never a key named `default` or a single key by
-    itself. The simulated config manager (the agents) and the role's reading must agree."""
-    from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.device_plugin_config import config_for_node
-    from tests.testbed.agents import operands
-    labels = {"nvidia.com/device-plugin.config": label} if label else {}
-    product_key, product_problem = config_for_node(labels, keys, default)
-    sim_key, sim_error = operands.select_plugin_config(keys, label, default)
-    assert product_key == sim_key
-    assert (product_problem is None) == (sim_error is None)
-    if not label and not default:
-        assert product_key is None  # no sharing on that node
+def test_which_config_a_node_gets_is_what_nvidias_config_manager_does(testbed, tmp_path, keys, default):
+    """NVIDIA's config-manager (tests/testbed/oracle/config_manager.py) on real Nodes, with the ConfigMap keys and
+    DEFAULT_CONFIG the role renders and FALLBACK_STRATEGIES=empty as NVIDIA's GPU Operator sets it (gpu-operator
+    controllers/object_controls.go): the module refuses the settings exactly when NVIDIA's program fails on an
+    unlabelled node; otherwise a node labelled with a key gets that key, and every other node gets what the module's
+    device_plugin_config_selection says."""
+    from tests.testbed.oracle import config_manager
+    from tests.testbed.pytest_cluster import unique_name
+    args = {"mig_strategy": "single", "device_plugin_config": dict((k, {"version": "v1"}) for k in keys)}
+    if default:
+        args["device_plugin_config_default"] = default
+    result = run_module(tmp_path, args)
+    rendered = keys if result.get("failed") else list(result["configmaps"][-1]["data"])
+    rendered_default = default or "" if result.get("failed") else result["values"]["devicePlugin"]["config"]["default"]
+    configs = dict((k, "version: v1\n") for k in rendered)
+
+    def nvidia_choice(label):
+        node = unique_name("cfgmgr")
+        testbed.create_node(node, labels={config_manager.NODE_LABEL: label} if label else {})
+        try:
+            return config_manager.choose(testbed.kubeconfig, node, configs, label, default=rendered_default)
+        finally:
+            testbed.delete_node(node)
+
+    unlabelled, error = nvidia_choice(None)
+    assert bool(result.get("failed")) == (error is not None), (result.get("msg"), error)
+    if error is not None:
+        return
+    selection = result["device_plugin_config_selection"]
+    if unlabelled is None:
+        assert selection.endswith("every other node gets no config (no sharing: the operator's config manager falls "
+                                  "back to an empty config)"), selection
+    else:
+        assert selection.endswith("every other node gets config %r" % unlabelled), selection
+    for key in keys:
+        assert nvidia_choice(key) == (key, None)
+        assert key in selection.split("get that config (", 1)[1].split(")", 1)[0].split(", ")

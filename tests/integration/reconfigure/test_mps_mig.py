@@ -18,7 +18,9 @@ def test_mig_layout_on_an_mps_node_is_refused_before_any_change(testbed, gpu_clu
     testbed.core.create_namespaced_config_map("gpu-operator", client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name=cm_name), data={"mps": MPS_CONFIG}))
     strategy = gpu_cluster.policy()["spec"]["mig"]["strategy"]
-    name = add_gpu_node("rc-mps", "H100-80GB-HBM3", 2)
+    # The agents' device plugin: NVIDIA's shares GPUs through MPS only once the MPS control daemon (a DaemonSet of its
+    # own) is ready on the node, and the testbed does not run that daemon.
+    name = add_gpu_node("rc-mps", "H100-80GB-HBM3", 2, device_plugin="sim")
     try:
         wait_advertised(testbed, name)
         # MPS is refused with the mixed strategy (the device plugin exits), so the node runs single.

@@ -25,6 +25,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.testbed import oracle
+from tests.testbed.oracle import config_manager
 from tests.testbed.agents import hardware, metrics, operands
 from tests.testbed.agents.kube import (LOG, Cache,
                                        api_client, ignore_missing)
@@ -108,6 +109,10 @@ class Agents:
             if mode not in MODES:
                 raise ValueError("%s must be one of %s, not %r" % (what, ", ".join(MODES), mode))
         self.api = api_client(kubeconfig)
+        self.kubeconfig = Path(kubeconfig).resolve()
+        self.config_choices = {}  # (config keys, label, default) -> NVIDIA's config-manager's (key, error)
+        self.last_choice = {}  # node -> its last (key, error)
+        self.config_lock = threading.Lock()
         self.cache = Cache(self.api)
         self.hosts_dir = Path(hosts_dir)
         self.namespace = namespace
@@ -284,13 +289,13 @@ class Agents:
 
     def plugin_config(self, node, labels):
         """The device-plugin config this node uses: ClusterPolicy spec.devicePlugin.config.name ConfigMap, the key
-        the config manager picks (operands.select_plugin_config: label, else config.default, else none)."""
+        NVIDIA's config-manager picks for the node (its label, else config.default, else none)."""
         spec = (self.cache.policy_spec().get("devicePlugin") or {}).get("config") or {}
         if not spec.get("name"):
             return None
         cm = ignore_missing(self.cache.core.read_namespaced_config_map, spec["name"], self.namespace)
         data = (cm.data if cm else None) or {}
-        key, error = operands.select_plugin_config(data, labels.get(PLUGIN_CONFIG_LABEL), spec.get("default"))
+        key, error = self.config_choice(node, sorted(data), labels.get(PLUGIN_CONFIG_LABEL), spec.get("default"))
         if error:
             LOG.warning("[%s] device-plugin config manager: %s", node, error)
         if key is None:
@@ -300,6 +305,28 @@ class Agents:
         except yaml.YAMLError as err:
             LOG.warning("[%s] device-plugin config %s/%s: %s", node, spec["name"], key, err)
             return None
+
+    def config_choice(self, node, keys, label, default):
+        """(key or None, error or None) of NVIDIA's config-manager (tests/testbed/oracle/config_manager.py) run for
+        ``node``, which carries ``label``. Its choice depends only on the keys, the label and the default, so one run
+        serves every node with the same three; a run that could not finish (the node changed meanwhile) is tried
+        again on the node's next event, and the node keeps its config until then."""
+        inputs = (tuple(keys), label or None, default or "")
+        with self.config_lock:
+            known = self.config_choices.get(inputs)
+        if known is not None:
+            return known
+        try:
+            choice = config_manager.choose(self.kubeconfig, node, dict((k, "") for k in keys), label or None,
+                                           default=default or "", timeout=10)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as err:
+            LOG.warning("[%s] device-plugin config manager: %s", node, err)
+            return self.last_choice.get(node, (None, None))
+        LOG.info("[%s] config-manager: keys %s, label %r, default %r -> %s", node, ",".join(keys), label, default, choice)
+        with self.config_lock:
+            self.config_choices[inputs] = choice
+            self.last_choice[node] = choice
+        return choice
 
     def nvidia_gfd_labels(self, name, path, config):
         """NVIDIA's GFD (--oneshot) on this node's simulated host, under the operator's MIG strategy and the node's

@@ -1,8 +1,9 @@
-"""The agents' opt-in device-plugin mode "nvidia": NVIDIA's nvidia-device-plugin plays a node's device-plugin pod.
+"""The agents' device-plugin mode "nvidia": NVIDIA's nvidia-device-plugin plays a node's device-plugin pod.
 
-Chosen per agents process (``--device-plugin nvidia``; GpuAgents(device_plugin="nvidia") or
-GPUFLEET_DEVICE_PLUGIN=nvidia) or per node (annotation MODE_ANNOTATION = nvidia|sim, which wins). The default stays
-the agents' own capacity/allocatable (agent.py ``device_plugin``). What this module does is what kubelet does:
+Chosen per agents process (``--device-plugin nvidia``; GpuAgents(device_plugin="nvidia"), the pytest fixtures'
+default, or GPUFLEET_DEVICE_PLUGIN) or per node (annotation MODE_ANNOTATION = nvidia|sim, which wins). Mode "sim"
+(the agents' command line default) is the agents' own capacity/allocatable (agent.py ``device_plugin``). What this
+module does is what kubelet does:
 
 * a node in this mode has a kubelet device-plugin endpoint for its lifetime (tests/testbed/kubelet_deviceplugin.py,
   in the agents process): the Registration service on the node's ``kubelet.sock`` and one ListAndWatch stream per
@@ -14,10 +15,9 @@ the agents' own capacity/allocatable (agent.py ``device_plugin``). What this mod
   controller rendered from the ClusterPolicy (MIG_STRATEGY, ...), without its CDI settings (CDI_ENABLED and a
   ``cdi-*`` DEVICE_LIST_STRATEGY make the plugin write CDI specs from the driver's files, which the simulated host does
   not have: DEVICE_LIST_STRATEGY is the DaemonSet's ``envvar``);
-* the pod's ``config-manager`` container is played by the agents: the config chosen from the ClusterPolicy's
-  device-plugin ConfigMap by the node's ``nvidia.com/device-plugin.config`` label (agent.py ``plugin_config``) is
-  written to the file CONFIG_FILE names, and a change restarts the plugin (config-manager's SIGHUP makes the plugin
-  restart itself with the new file).
+* the config NVIDIA's config-manager picks from the ClusterPolicy's device-plugin ConfigMap for the node (agent.py
+  ``plugin_config``, which runs it as the pod's sidecar does) is written to the file CONFIG_FILE names, and a change
+  restarts the plugin (config-manager's SIGHUP makes the plugin restart itself with the new file).
 
 Logs, in ``<hosts-dir>/<node>.nvidia-device-plugin/``: ``device-plugin.log`` (NVIDIA's process, stdout and stderr)
 and the endpoint's lines in the agents' log.

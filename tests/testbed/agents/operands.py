@@ -142,22 +142,6 @@ def gfd_labels(host, strategy):
     return labels
 
 
-def select_plugin_config(keys, label_value, default):
-    """(key or None, error or None): the device-plugin config the config manager gives a node
-    (NVIDIA/k8s-device-plugin cmd/config-manager/main.go updateConfigName, as the GPU Operator runs it:
-    DEFAULT_CONFIG=devicePlugin.config.default, FALLBACK_STRATEGIES=empty). The key the node's label names,
-    else the default, else none (an empty config: no sharing); a key named `default` or a single key is not
-    picked up by itself. A label or default naming a missing key is an error (the config manager exits)."""
-    keys = set(keys or ())
-    if not keys:
-        return None, "no configuration files available"
-    if label_value:
-        return (label_value, None) if label_value in keys else (None, "specified config %s does not exist" % label_value)
-    if default:
-        return (default, None) if default in keys else (None, "specified config %s does not exist" % default)
-    return None, None
-
-
 class Shared(dict):
     """{resource: (replicas, advertised name)} of a device-plugin config's active sharing, with ``strategy``
     (``time-slicing`` or ``mps``; ``none`` when nothing is shared)."""

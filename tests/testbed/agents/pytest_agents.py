@@ -12,10 +12,11 @@ GPU nodes, deleted after the test.
 
 MIG Manager is played by the simulator (tests/testbed/agents/migmanager.py) unless asked otherwise: ``mig_manager=
 "nvidia"`` on a node (annotation gpusim.gpufleet.io/mig-manager) or on GpuAgents (or GPUFLEET_MIG_MANAGER=nvidia for
-the session's agents) runs NVIDIA's nvidia-mig-manager for it (tests/testbed/agents/nvidia_mig.py). The same for the
-device plugin: ``device_plugin="nvidia"`` (annotation gpusim.gpufleet.io/device-plugin, GPUFLEET_DEVICE_PLUGIN=nvidia)
-runs NVIDIA's nvidia-device-plugin and a kubelet endpoint for the node (tests/testbed/agents/nvidia_plugin.py)
-instead of the agents' own allocatable.
+the session's agents) runs NVIDIA's nvidia-mig-manager for it (tests/testbed/agents/nvidia_mig.py). The device
+plugin is NVIDIA's nvidia-device-plugin with a kubelet endpoint per node (tests/testbed/agents/nvidia_plugin.py) unless
+asked otherwise: ``device_plugin="sim"`` on a node (annotation gpusim.gpufleet.io/device-plugin; the default for a node
+created with a fault of SIM_PLUGIN_FAULTS) or on GpuAgents (GPUFLEET_DEVICE_PLUGIN=sim) keeps the agents' own
+allocatable.
 """
 
 import datetime
@@ -61,6 +62,11 @@ def nvml_lib_dir():
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
+# Agent faults that only the agents' own device plugin shows (stale-plugin: it stops re-advertising;
+# kubelet-not-ready: no kubelet posts the node's status): a node created with them keeps the agents' device plugin.
+SIM_PLUGIN_FAULTS = ("stale-plugin", "kubelet-not-ready")
+
+
 def check_mode(what, mode):
     if mode not in MODES:
         raise ValueError("%s must be one of %s, not %r" % (what, ", ".join(MODES), mode))
@@ -75,7 +81,7 @@ class GpuAgents:
     def __init__(self, testbed, hosts_dir, namespace=NAMESPACE, mig_manager=None, device_plugin=None):
         self.mig_manager = check_mode("mig_manager", mig_manager or os.environ.get("GPUFLEET_MIG_MANAGER") or "sim")
         self.device_plugin = check_mode("device_plugin",
-                                        device_plugin or os.environ.get("GPUFLEET_DEVICE_PLUGIN") or "sim")
+                                        device_plugin or os.environ.get("GPUFLEET_DEVICE_PLUGIN") or "nvidia")
         self.testbed = testbed
         self.hosts_dir = Path(hosts_dir)
         self.namespace = namespace
@@ -167,6 +173,8 @@ class GpuAgents:
             annotations[FAULT_ANNOTATION] = ",".join(faults)
         if mig_manager is not None:
             annotations[MIG_MANAGER_ANNOTATION] = check_mode("mig_manager", mig_manager)
+        if device_plugin is None and set(faults or ()) & set(SIM_PLUGIN_FAULTS):
+            device_plugin = "sim"  # faults of the agents' own device plugin
         if device_plugin is not None:
             annotations[DEVICE_PLUGIN_ANNOTATION] = check_mode("device_plugin", device_plugin)
         labels = dict(real_operator.NFD_GPU_NODE_LABELS, **(labels or {}))
