@@ -1,16 +1,21 @@
 """The GFD matrix: every catalog model x MIG layout x MIG strategy x time-slicing, as hosts of the simulated NVML.
 
+The MIG configs are the ones NVIDIA's ``nvidia-mig-parted generate-config`` writes for the model's simulated host.
 Builds each host through NVML (the agents' hardware module on the simulated libnvidia-ml.so.1, as MIG Manager
 would), then runs NVIDIA's GFD on it (tests/testbed/oracle). Shared by test_gfd_matrix.py.
 """
 
 import collections
+import functools
+import tempfile
+from pathlib import Path
 
 import yaml
 
 from tests.integration.agents.test_agent_logic import make_gpu
 from tests.testbed.agents import hardware, migconfig
-from tests.testbed.gpusim import hoststate
+from tests.testbed.gpusim import hoststate, simhost
+from tests.testbed.gpusim.pytest_gpusim import SimHost, mig_parted_binary
 
 GPUS_PER_HOST = 2
 STRATEGIES = ("none", "single", "mixed")
@@ -50,13 +55,28 @@ def sharing_config(name, layout_devices):
     return config
 
 
+@functools.lru_cache(maxsize=None)
+def nvidia_configs(model):
+    """The ``mig-configs`` NVIDIA's ``nvidia-mig-parted generate-config`` (mig-parted v0.15.0) writes for a
+    2-GPU simulated host of ``model``."""
+    with tempfile.TemporaryDirectory(prefix="gfd-matrix-") as tmp:
+        state = Path(tmp) / "host.state"
+        hoststate.create_host(state, model, GPUS_PER_HOST, seed=7)
+        proc = SimHost(state, simhost.library_dir()).run([mig_parted_binary(), "generate-config"])
+    if proc.returncode != 0:
+        raise RuntimeError("nvidia-mig-parted generate-config on a simulated %s exited %d: %s"
+                           % (model, proc.returncode, proc.stderr))
+    return yaml.safe_load(proc.stdout)["mig-configs"]
+
+
 def layouts(model):
-    """{layout name: {gpu index: None (MIG off) | {profile: count}}} for a 2-GPU host of ``model``."""
+    """{layout name: {gpu index: None (MIG off) | {profile: count}}} for a 2-GPU host of ``model``: MIG off, every
+    config NVIDIA's generator writes for the host, and one GPU with the balanced layout beside one with MIG off."""
     gpus = [make_gpu(model, i) for i in range(GPUS_PER_HOST)]
     out = {"mig-off": {i: None for i in range(GPUS_PER_HOST)}}
     if not gpus[0].mig_capable:
         return out
-    configs = migconfig.generate(gpus)["mig-configs"]
+    configs = nvidia_configs(model)
     for name in configs:
         if name == "all-disabled":
             continue

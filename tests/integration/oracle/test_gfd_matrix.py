@@ -29,7 +29,6 @@ Deliberate exclusions from (a):
 """
 
 import collections
-import os
 
 import pytest
 import yaml
@@ -182,17 +181,3 @@ def mps_on_mig_refused(model, layout_name, host, plan, lib, state, strategy, sha
     if not any("MPS" in p for p in problems):
         failures.append("%s: gpu_validate misses MPS on MIG-enabled GPUs: %s" % (case, problems))
     return failures
-
-
-def test_matrix_covers_the_catalog():
-    models = {case[0] for case in CASES}
-    assert models == set(hoststate.catalog()["models"])
-    for model in models:
-        entry = hoststate.catalog()["models"][model]
-        names = {layout for m, layout in CASES if m == model}
-        if entry["mig_capable"]:
-            profiles = {"all-" + p["name"].replace("MIG ", "").replace("+", ".") for p in entry["gi_profiles"]}
-            assert {"mig-off", "all-enabled", "all-balanced", "mixed-layout"} | profiles <= names, (model, names)
-        else:
-            assert names == {"mig-off"}
-    assert os.path.exists(oracle.binary("gpu-feature-discovery"))
