@@ -68,6 +68,7 @@ options:
       - A request whose answer did not come in time is not sent again; the task fails naming the API server and
         the call.
       - Watches have their own limits, see the reliability documentation.
+      - Can also be set with E(GPUFLEET_API_REQUEST_TIMEOUT) in the controller's environment.
     type: float
     default: 60
   api_retry_seconds:

@@ -99,18 +99,19 @@ AUTH_PARAM_NAMES = tuple(AUTH_ARG_SPEC)
 
 # -- time limits -------------------------------------------------------------------------------------------
 # Every request that is not a watch waits at most CONNECT_TIMEOUT seconds for the connection (TLS handshake
-# included) and REQUEST_TIMEOUT seconds for each read of the answer (option request_timeout); a read that timed out
-# is not sent again. Transient errors are retried for up to RETRY_SECONDS (option api_retry_seconds, or
+# included) and REQUEST_TIMEOUT seconds for each read of the answer (option request_timeout, or
+# GPUFLEET_API_REQUEST_TIMEOUT in the controller's environment); a read that timed out is not sent again. Transient errors are retried for up to RETRY_SECONDS (option api_retry_seconds, or
 # GPUFLEET_API_RETRY_SECONDS in the controller's environment): long enough to ride out an API server restart.
 CONNECT_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 60.0
 RETRY_SECONDS = 40.0
 RETRY_SECONDS_ENV = "GPUFLEET_API_RETRY_SECONDS"
+REQUEST_TIMEOUT_ENV = "GPUFLEET_API_REQUEST_TIMEOUT"
 LIMIT_MAX = 3600.0
 
 # Options of every module that talks to the API, beside the connection (documented by the kube_auth fragment).
 REQUEST_ARG_SPEC = dict(
-    request_timeout=dict(type="float", default=REQUEST_TIMEOUT),
+    request_timeout=dict(type="float", default=REQUEST_TIMEOUT, fallback=(env_fallback, [REQUEST_TIMEOUT_ENV])),
     api_retry_seconds=dict(type="float", default=RETRY_SECONDS, fallback=(env_fallback, [RETRY_SECONDS_ENV])),
 )
 REQUEST_LIMITS = dict(

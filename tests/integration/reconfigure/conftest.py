@@ -41,10 +41,11 @@ def automation_kubeconfig(testbed):
 class Runner(object):
     """Runs ansible-playbook with the JSON callback against the testbed under a given kubeconfig."""
 
-    def __init__(self, kubeconfig, workdir):
+    def __init__(self, kubeconfig, workdir, env=None):
         self.kubeconfig = str(kubeconfig)
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.extra_env = dict(env or {})  # the controller's environment beside the testbed's
 
     def env(self):
         bin_dir = Path(sys.executable).parent
@@ -59,6 +60,7 @@ class Runner(object):
             "PATH": "%s%s%s" % (bin_dir, os.pathsep, env.get("PATH", "")),
         })
         env.pop("KUBECONFIG", None)
+        env.update(self.extra_env)
         return env
 
     def inventory(self, nodes, name="inventory.yml", host_vars=None, groups=None):
