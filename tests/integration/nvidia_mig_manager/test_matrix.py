@@ -19,16 +19,19 @@ mixed two rollouts (the most configs NVIDIA lists for one model), and a last run
 all-disabled (27 more cases, one per model): five playbook runs in all.
 
 Under mig.strategy=single NVIDIA's device plugin advertises a node's MIG devices as nvidia.com/gpu only when they all
-have one profile, and GFD labels a node with several -MIG-INVALID (NVIDIA/k8s-device-plugin internal/lm/mig-strategy.go,
-internal/rm), so a config that mixes profiles (all-balanced) would leave the node advertising nothing. The product
+have one profile (NVIDIA/k8s-device-plugin v0.20.0 internal/rm/device_map.go, requireUniformMIGDevices), and GFD labels
+a node with several -MIG-INVALID (internal/lm/mig-strategy.go), so a config that mixes profiles (all-balanced) would
+leave the node advertising nothing. The product
 refuses such a config before any change: the plan names the node, the config and its profiles ("mig-strategy=single
 needs one MIG profile per node") and the role stops at "Stop before any change when a plan is invalid". Those cases
 assert that refusal: the playbook fails, no reconfigure step runs, and the node keeps its config, its MIG mode, its GPU
 instances and its schedulability. Every other case asserts the rollout's verification of the node and checks it
 against NVIDIA's programs: row result reconfigured with the hardware verified, nvidia.com/mig.config.state=success,
 the GPU instances of NVIDIA's entry on the simulated hardware, MIG Manager's own success line, the allocatable NVIDIA's
-device plugin registered with the node's kubelet endpoint, and GFD's labels (under single the product label is GFD's
-label of the whole GPU with -MIG-<profile>, for every model, whatever its NVML name).
+device plugin registered with the node's kubelet endpoint, and GFD's labels (under single the product label: GFD's
+label of the whole GPU with -MIG-<profile>, which the plan expects too). The run back to all-disabled checks the whole
+GPU's product label the same way for every model: GFD makes it from the NVML name (NVIDIA H100 PCIe), which is not
+the catalog's key (H100-PCIe).
 """
 
 import re
