@@ -23,6 +23,7 @@ INTEGRATION_DIR = Path(__file__).resolve().parent
 LONGEST_FIRST = (
     "reconfigure/test_rollout.py",  # 8.0
     "reliability/control_plane/",  # 6.5, several files
+    "nvidia_mig_manager/test_matrix.py",  # 6.0
     "operator/test_operator.py",  # 4.7
     "operator/test_upgrade.py",  # 3.1
     "modules/test_unreachable_api_server.py",  # 2.7

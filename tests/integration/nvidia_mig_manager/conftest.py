@@ -14,11 +14,14 @@ import os
 
 import pytest
 
-from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES, GpuAgents
+from tests.integration.reconfigure.conftest import node_view
+from tests.integration.reconfigure.test_rollout import gpu_allocatable
+from tests.testbed.agents.pytest_agents import GPU_CLUSTER_VALUES, GpuAgents, nvml_lib_dir
 from tests.testbed.cluster import Cluster, TestbedError
 from tests.testbed.pytest_cluster import Testbed, unique_name
 
 RELEASE = "v26.7.0"
+MIG_STRATEGY = "nvidia.com/mig.strategy"
 
 
 @pytest.fixture(scope="package")
@@ -55,3 +58,32 @@ def add_nvidia_node(nvidia_cluster, request):
     yield make
     for name in created:
         nvidia_cluster.remove_gpu_node(name)
+
+
+def host_environment(agents, names):
+    """host_vars giving each node's host the simulated NVML of that node, for the role's gpu_info reads."""
+    return {name: {"mig_reconfigure_host_environment": {
+        "LD_LIBRARY_PATH": str(nvml_lib_dir()), "GPUFLEET_SIM_NVML_STATE": str(agents.state_path(name))}}
+        for name in names}
+
+
+def set_strategy(agents, names, strategy, allocatable, timeout=180):
+    """Patch the ClusterPolicy's mig.strategy, then wait until NVIDIA's programs on every node of ``names`` follow:
+    GFD's nvidia.com/mig.strategy label, a device-plugin pod started with MIG_STRATEGY=``strategy`` (NVIDIA's
+    controller rolls the DaemonSet; the plugin takes the strategy from its pod's env) and the node's allocatable
+    equal to ``allocatable[name]`` (GPU resources only)."""
+    agents.patch_policy({"mig": {"strategy": strategy}})
+    core = agents.testbed.core
+
+    def plugin_follows(name):
+        pods = core.list_namespaced_pod(agents.namespace, label_selector="app=nvidia-device-plugin-daemonset",
+                                        field_selector="spec.nodeName=%s" % name).items
+        live = [p for p in pods if not p.metadata.deletion_timestamp and p.status.phase == "Running"]
+        return len(live) == 1 and any(e.name == "MIG_STRATEGY" and e.value == strategy
+                                      for c in live[0].spec.containers for e in c.env or [])
+
+    def followed():
+        return all(agents.labels(name).get(MIG_STRATEGY) == strategy and plugin_follows(name)
+                   and gpu_allocatable(node_view(agents.testbed, name)) == allocatable[name] for name in names)
+    agents.testbed.wait_for(followed, timeout, "NVIDIA's GFD and device plugin on %d nodes to follow mig.strategy=%s" % (
+        len(names), strategy), interval=1)

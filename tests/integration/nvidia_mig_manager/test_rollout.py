@@ -3,10 +3,10 @@ device plugin advertising its resources (conftest.py:
 a cluster of its own with NVIDIA's v26.7.0 chart and controller), run by ansible-playbook under the least-privilege
 ServiceAccount, as tests/integration/reconfigure/test_rollout.py runs it against the simulator."""
 
+from tests.integration.nvidia_mig_manager.conftest import host_environment
 from tests.integration.nvidia_mig_manager.test_label import gpu_instances, mig_modes, nvidia_node
 from tests.integration.reconfigure.conftest import PLAYBOOK, Runner, apply_automation_rbac, node_view
 from tests.integration.reconfigure.test_rollout import CONFIG, STATE, rollout_vars, rows_of, wait_advertised
-from tests.testbed.agents.pytest_agents import nvml_lib_dir
 from tests.testbed.pytest_cluster import unique_name
 
 
@@ -15,11 +15,9 @@ def test_mig_reconfigure_rolls_a_node_through_nvidias_mig_manager(nvidia_cluster
     runner = Runner(apply_automation_rbac(bed), tmp_path / "ansible")
     name = nvidia_node(nvidia_cluster, add_nvidia_node, "nvroll")
     wait_advertised(bed, name)
-    host_vars = {name: {"mig_reconfigure_host_environment": {
-        "LD_LIBRARY_PATH": str(nvml_lib_dir()), "GPUFLEET_SIM_NVML_STATE": str(nvidia_cluster.state_path(name))}}}
 
     result = runner.playbook(PLAYBOOK, [name], dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb"),
-                             host_vars=host_vars)
+                             host_vars=host_environment(nvidia_cluster, [name]))
     assert result.rc == 0, result.explain()
     row = rows_of(result)[name]
     assert row["result"] == "reconfigured" and row["hardware_verified"] is True, row
