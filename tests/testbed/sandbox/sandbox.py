@@ -111,8 +111,11 @@ def up(args):
     # Runs the controller once site.yml has installed the chart (while its operator Deployment exists).
     run_module("tests.testbed.operator", "start", "--kubeconfig", bed.kubeconfig, "--pidfile", OPERATOR_PIDFILE,
                "--run-dir", default_run_dir(TESTBED_DIR, TESTBED_NAME))
+    # NVIDIA's MIG Manager and device plugin for every node: site.yml installs chart v26.7.0, whose RBAC the MIG
+    # Manager it ships needs (docs/testbed.md).
     run_module("tests.testbed.agents", "start", "--kubeconfig", bed.kubeconfig, "--hosts-dir", HOSTS_DIR,
-               "--nvml-lib-dir", lib_dir, "--pidfile", AGENTS_PIDFILE)
+               "--nvml-lib-dir", lib_dir, "--pidfile", AGENTS_PIDFILE, "--mig-manager", "nvidia",
+               "--device-plugin", "nvidia")
     run_module("tests.testbed.sandbox.smoke_runtime", "start", "--kubeconfig", bed.kubeconfig, "--hosts-dir", HOSTS_DIR,
                "--nvml-lib-dir", lib_dir, "--pidfile", RUNTIME_PIDFILE)
     bed.kubectl("apply", "-f", str(WORKLOADS))
