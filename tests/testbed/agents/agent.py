@@ -248,6 +248,10 @@ class Agents:
         if node is None:
             self.advertised.pop(name, None)
             self.host_reads.pop(name, None)
+            self.hardware_faults.pop(name, None)
+            self.fail_once_spent.discard(name)
+            self.held_nodes.discard(name)
+            self.nvidia.configs_seen.pop(name, None)
             if name in self.exporters:
                 self.exporters.pop(name).stop()
             if name in self.nvidia.nodes:
