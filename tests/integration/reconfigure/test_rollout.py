@@ -263,25 +263,33 @@ def test_hardware_is_planned_against_and_checked_before_uncordon(
     runner.module("gpu_drain", {"name": odd, "state": "uncordoned"})
 
 
-def wait_mig_manager_pods_use(testbed, names, config_map, timeout=120):
-    """Until NVIDIA's controller has put ``config_map`` into the mig-manager DaemonSet and the mig-manager pod of every
-    node in ``names`` runs that template: MIG Manager reads its config from a file mounted into its pod, so a node whose
-    pod the DaemonSet's rolling update (one node at a time) has not replaced yet still validates names against the old
-    config. The wait a user makes with `kubectl rollout status daemonset/nvidia-mig-manager`."""
+def wait_mig_manager_pods_run(testbed, names, applied, what, timeout=120):
+    """Until NVIDIA's controller has made a ClusterPolicy change in the mig-manager DaemonSet (``applied``: a test on
+    its pod template) and the mig-manager pod of every node in ``names`` runs that template. MIG Manager takes its
+    settings when it starts (env such as WITH_REBOOT, a config file mounted from the ConfigMap), so until the
+    DaemonSet's rolling update (one node at a time) has replaced a node's pod, that node's MIG Manager acts on the old
+    ones. The wait a user makes with `kubectl rollout status daemonset/nvidia-mig-manager`."""
     from kubernetes import client
 
     apps = client.AppsV1Api(testbed.api_client())
 
     def rolled_out():
         ds = apps.read_namespaced_daemon_set("nvidia-mig-manager", "gpu-operator")
-        volumes = [v.config_map.name for v in ds.spec.template.spec.volumes or [] if v.config_map]
-        if config_map not in volumes:
+        if not applied(ds.spec.template):
             return False
         pods = testbed.core.list_namespaced_pod("gpu-operator", label_selector="app=nvidia-mig-manager").items
         current = {p.spec.node_name for p in pods if not p.metadata.deletion_timestamp and p.status.phase == "Running"
                    and (p.metadata.labels or {}).get("pod-template-generation") == str(ds.metadata.generation)}
         return set(names) <= current
-    testbed.wait_for(rolled_out, timeout, "mig-manager pods on %s mounting ConfigMap %s" % (", ".join(names), config_map))
+    testbed.wait_for(rolled_out, timeout, "mig-manager pods on %s with %s" % (", ".join(names), what))
+
+
+def mounts_config_map(name):
+    return lambda template: name in [v.config_map.name for v in template.spec.volumes or [] if v.config_map]
+
+
+def has_env(name, value):
+    return lambda template: any(e.name == name and e.value == value for c in template.spec.containers for e in c.env or [])
 
 
 def test_custom_config_under_single_strategy(testbed, testbed_namespace, gpu_cluster, add_gpu_node, runner,
@@ -301,7 +309,7 @@ def test_custom_config_under_single_strategy(testbed, testbed_namespace, gpu_clu
         for name in names:
             wait_advertised(testbed, name)
         gpu_cluster.patch_policy({"mig": {"strategy": "single"}, "migManager": {"config": {"name": cm_name}}})
-        wait_mig_manager_pods_use(testbed, names, cm_name)
+        wait_mig_manager_pods_run(testbed, names, mounts_config_map(cm_name), "ConfigMap %s mounted" % cm_name)
         before = gpu_workloads(names)
         extra = dict(rollout_vars(unique_name("lock"), mig_reconfigure_max_unavailable=2,
                                   mig_reconfigure_allow_unschedulable=False), profile="fleet-halves")
@@ -498,6 +506,7 @@ def test_with_reboot_path(testbed, gpu_cluster, add_gpu_node, runner, gpu_worklo
     env = (gpu_cluster.policy()["spec"].get("migManager") or {}).get("env") or []
     gpu_cluster.patch_policy({"migManager": {"env": env + [{"name": "WITH_REBOOT", "value": "true"}]}})
     try:
+        wait_mig_manager_pods_run(testbed, [node], has_env("WITH_REBOOT", "true"), "WITH_REBOOT=true")
         plan = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile="all-3g.20gb"),
                                check=True)
         assert plan.task("Plan every node")["plan"][0]["reset_or_reboot"] == "reboot"
