@@ -40,6 +40,7 @@ def stop_group(proc, grace):
         return
     try:
         os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGCONT)  # a stopped (paused) group handles SIGTERM only once it runs again
     except ProcessLookupError:
         return
     try:
@@ -47,6 +48,13 @@ def stop_group(proc, grace):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
+
+
+def _resume(pgid):
+    try:
+        os.killpg(pgid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
 
 
 class NodeProcess:
@@ -57,6 +65,20 @@ class NodeProcess:
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
+
+    def pause(self, seconds):
+        """The process group gets no CPU for `seconds` (SIGSTOP, then SIGCONT), as on a starved node or in a frozen
+        cgroup; it then goes on where it was."""
+        if not self.running():
+            return
+        pgid = self.proc.pid
+        try:
+            os.killpg(pgid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return
+        timer = threading.Timer(seconds, _resume, args=(pgid,))
+        timer.daemon = True
+        timer.start()
 
     def log_tail(self, lines=40):
         try:

@@ -27,6 +27,7 @@ Logs: ``<work-dir>/mig-manager.log`` (NVIDIA's process, stdout and stderr, as th
 
 import argparse
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -142,7 +143,7 @@ class NvidiaMigManager(NodeProcess):
     """One node's nvidia-mig-manager process and its fake systemd, started and stopped together."""
 
     def __init__(self, node, state_path, work_dir, kubeconfig, nvml_lib_dir, namespace="gpu-operator", env=None,
-                 pod_name=None, extra_binds=(), volumes=(), log_path=None, host_driver=False):
+                 pod_name=None, extra_binds=(), volumes=(), log_path=None, host_driver=False, reboot_request=None):
         self.node = node
         self.state_path = Path(state_path).resolve()
         self.work = Path(work_dir).resolve()
@@ -158,6 +159,9 @@ class NvidiaMigManager(NodeProcess):
         self.log_path = Path(log_path) if log_path else self.work / "mig-manager.log"
         self.cri_log_path = self.log_path.with_name(self.log_path.name + ".cri")  # what `kubectl logs` serves
         self.host_driver = host_driver
+        # `chroot /host reboot` (WITH_REBOOT) creates this file for whoever plays the host's reboot (the agents:
+        # nvidia_mig.py); None: the reboot is not simulated (fakehost/bin/chroot exits 1).
+        self.reboot_request = Path(reboot_request).resolve() if reboot_request else None
 
     # -- files -----------------------------------------------------------------------------
     def prepare(self):
@@ -195,6 +199,8 @@ class NvidiaMigManager(NodeProcess):
                "GPUFLEET_FAKEHOST_FAULTS": str(self.faults_file)}
         if self.pod_name:
             env["POD_NAME"] = self.pod_name
+        if self.reboot_request:
+            env["GPUFLEET_FAKEHOST_REBOOT"] = shlex.join(["touch", str(self.reboot_request)])
         env.update(self.env)
         return env
 

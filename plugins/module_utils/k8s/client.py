@@ -100,8 +100,9 @@ AUTH_PARAM_NAMES = tuple(AUTH_ARG_SPEC)
 # -- time limits -------------------------------------------------------------------------------------------
 # Every request that is not a watch waits at most CONNECT_TIMEOUT seconds for the connection (TLS handshake
 # included) and REQUEST_TIMEOUT seconds for each read of the answer (option request_timeout, or
-# GPUFLEET_API_REQUEST_TIMEOUT in the controller's environment); a read that timed out is not sent again. Transient errors are retried for up to RETRY_SECONDS (option api_retry_seconds, or
-# GPUFLEET_API_RETRY_SECONDS in the controller's environment): long enough to ride out an API server restart.
+# GPUFLEET_API_REQUEST_TIMEOUT in the controller's environment); a read that timed out is not sent again.
+# Transient errors are retried for up to RETRY_SECONDS (option api_retry_seconds, or GPUFLEET_API_RETRY_SECONDS
+# in the controller's environment): long enough to ride out an API server restart.
 CONNECT_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 60.0
 RETRY_SECONDS = 40.0

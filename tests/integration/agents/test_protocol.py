@@ -479,7 +479,7 @@ def test_gpu_process_holding_gpu_fails(gpu_cluster, add_gpu_node):
     assert "GPU 1: In use by another client" in gpu_cluster.mig_manager_log(name)
 
 
-@pytest.mark.parametrize("fault,message", [("fail", "simulated failure"), ("gpu-held", "In use by another client")])
+@pytest.mark.parametrize("fault,message", [("fail", "ERROR_UNKNOWN"), ("gpu-held", "In use by another client")])
 def test_fault_fails_after_pause_and_restores(gpu_cluster, add_gpu_node, fault, message):
     name = ready_node(gpu_cluster, add_gpu_node, fault, faults=[fault])
     with label_history(gpu_cluster.testbed, name) as seen:

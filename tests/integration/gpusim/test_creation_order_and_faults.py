@@ -128,6 +128,60 @@ def test_no_permission(sim_host):
     assert host.summary()["gpus"][1]["faults"] == ["no_permission"]
 
 
+def test_gi_create_fails_every_time_or_a_number_of_times(sim_host):
+    host = sim_host("H100-80GB-HBM3", 2, mig_enabled=True)
+    host.set_fault(1, "gi_create_fails")
+    code = """
+        n.nvmlInit()
+        h0, h1 = n.nvmlDeviceGetHandleByIndex(0), n.nvmlDeviceGetHandleByIndex(1)
+        emit([err(n.nvmlDeviceCreateGpuInstance, h1, 19), err(n.nvmlDeviceCreateGpuInstance, h1, 19),
+              err(n.nvmlDeviceCreateGpuInstance, h0, 19), n.nvmlDeviceGetGpuInstanceRemainingCapacity(h1, 19)])
+    """
+    assert run(host, code) == [999, 999, 0, 7]  # NVML_ERROR_UNKNOWN on GPU 1, every time; nothing created there
+    host.set_fault(None, "gi_create_fails", times=1)
+    got = run(host, """
+        n.nvmlInit()
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        emit([err(n.nvmlDeviceCreateGpuInstance, h, 19), err(n.nvmlDeviceCreateGpuInstance, h, 19)])
+    """)
+    assert got == [999, 0]  # fails once, then the driver creates again
+    faults = sorted((f["gpu"], f["value"], f.get("times")) for f in host.summary()["faults"])
+    assert faults == [(-1, 0, 0), (1, 1, None)]  # the spent fault keeps its record, off
+    assert len(host.summary()["gpus"][0]["gpu_instances"]) == 2
+
+
+def test_mig_change_hangs_until_killed_and_others_still_read(sim_host):
+    host = sim_host("H200", 1)
+    host.set_fault(None, "mig_change_hangs", times=1)
+    hung = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import pynvml as n
+        n.nvmlInit()
+        print("calling", flush=True)
+        n.nvmlDeviceSetMigMode(n.nvmlDeviceGetHandleByIndex(0), 1)
+        print("returned", flush=True)
+    """)], env=host.env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hung.stdout.readline().strip() == "calling"
+        with pytest.raises(subprocess.TimeoutExpired):
+            hung.wait(3)
+        # The hanging call gave the state back: another client reads the GPU, and the fault has fired its once.
+        assert run(host, """
+            n.nvmlInit()
+            emit(n.nvmlDeviceGetMigMode(n.nvmlDeviceGetHandleByIndex(0)))
+        """) == [0, 0]
+        assert [(f["value"], f["times"]) for f in host.summary()["faults"]] == [(0, 0)]
+    finally:
+        hung.terminate()
+        out, _err = hung.communicate(timeout=30)
+    assert hung.returncode == -15 and "returned" not in out
+    got = run(host, """
+        n.nvmlInit()
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        emit([n.nvmlDeviceSetMigMode(h, 1), err(n.nvmlDeviceCreateGpuInstance, h, 19)])
+    """)
+    assert got == [0, 0]  # spent: the next process changes the GPU
+
+
 def test_gpu_held_blocks_destroy(sim_host):
     host = sim_host("H200", 1, mig_enabled=True)
     run(host, """

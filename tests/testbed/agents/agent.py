@@ -17,6 +17,7 @@ import os
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import yaml
@@ -29,7 +30,8 @@ from tests.testbed.oracle import config_manager
 from tests.testbed.agents import hardware, metrics, operands
 from tests.testbed.agents.kube import (LOG, Cache,
                                        api_client, ignore_missing)
-from tests.testbed.agents.migmanager import CONFIG_LABEL, HOST_DRIVER_ANNOTATION, KUBELET_STOPPED_ANNOTATION, MigManager
+from tests.testbed.agents.migmanager import (CONFIG_LABEL, HOST_DRIVER_ANNOTATION, KUBELET_STOPPED_ANNOTATION,
+                                             REBOOTING_ANNOTATION, STATE_LABEL, MigManager)
 from tests.testbed.agents.nvidia_mig import NvidiaMigManagers
 from tests.testbed.agents.nvidia_plugin import NvidiaDevicePlugins
 from tests.testbed.agents.pod_processes import MODES
@@ -44,9 +46,18 @@ RECONCILE_THREADS = 8
 # slow-start: MIG Manager acts on a label change only after Timing.slow_seconds; stale-plugin: the device plugin
 # keeps advertising what it did (allocatable does not follow the hardware); kubelet-not-ready: after a host-client
 # shutdown kubelet comes back but the node stays NotReady until the fault is cleared.
+# Made real in the node's simulated hardware, for either MIG Manager (sync_hardware_faults): reset-unsupported (no GPU
+# reset), fail and fail-once (the driver refuses new GPU instances: always, or until MIG Manager has reported failed
+# once), gpu-held (a compute process outside Kubernetes holds GPU 0), and for NVIDIA's MIG Manager (mode nvidia)
+# wedge-pending and wedge-once (a MIG change in the driver never returns: every time, or once); the simulator keeps
+# its own wedge (a hang in this process could not be ended by restarting the pod).
 # cdi-generate-fails: at the OS boundary, for NVIDIA's MIG Manager (mode nvidia): the host's nvidia-ctk cannot generate
 # the CDI spec (tests/testbed/fakehost/bin/nvidia-ctk), so MIG Manager's CDI step fails after the MIG change.
 HOST_FAULTS = ("cdi-generate-fails",)
+# gpu-held: the process the simulated host lists on GPU 0 (a CUDA program started on the host, outside Kubernetes).
+HELD_PID = 4321
+HELD_PROCESS = "cuda-app"
+HELD_MB = 2048
 FAULTS = ("fail", "fail-once", "wedge-pending", "wedge-once", "slow", "reset-unsupported", "gpu-held", "slow-start",
           "stale-plugin", "kubelet-not-ready") + HOST_FAULTS
 
@@ -136,6 +147,10 @@ class Agents:
         # The device plugin: the agents' own allocatable (default) or NVIDIA's process per node (nvidia_plugin.py)
         self.device_plugin_mode = device_plugin
         self.plugins = NvidiaDevicePlugins(self)
+        self.hardware_faults = {}  # node -> {simulated-NVML fault: times} set by sync_hardware_faults
+        self.fail_once_spent = set()  # nodes whose fail-once has failed MIG Manager's apply
+        self.held_nodes = set()  # nodes with the gpu-held process
+        self.nodes_down = set()  # nodes rebooting: kubelet is down, no pod's process runs (nvidia_mig.py)
 
     # -- node classification ---------------------------------------------------------------
     def state_file(self, node):
@@ -214,7 +229,7 @@ class Agents:
         """Nodes whose mig-manager pod waits on a missing ConfigMap: kubelet's volume manager retries the mount on
         its own (with backoff), not only when the node or pod changes, so the pod starts once the ConfigMap exists."""
         return ({name for name, manager in list(self.managers.items()) if manager.not_started is not None}
-                | self.nvidia.to_retry() | self.plugins.to_retry())
+                | self.nvidia.to_retry() | self.plugins.to_retry() | self.nvidia.reboots_requested())
 
     def _hardware_changed(self):
         """Nodes whose state file changed since the last look (GFD re-labels on an interval too)."""
@@ -238,6 +253,10 @@ class Agents:
         if node is None:
             self.advertised.pop(name, None)
             self.host_reads.pop(name, None)
+            self.hardware_faults.pop(name, None)
+            self.fail_once_spent.discard(name)
+            self.held_nodes.discard(name)
+            self.nvidia.configs_seen.pop(name, None)
             if name in self.exporters:
                 self.exporters.pop(name).stop()
             if name in self.nvidia.nodes:
@@ -248,7 +267,11 @@ class Agents:
         path = self.state_file(node)
         if path is None or not path.exists():
             return
-        self.sync_sim_faults(node, path)
+        self.sync_hardware_faults(name, node, path)
+        if self.nvidia.node_mode(node) == "nvidia":
+            self.nvidia.observe_config(name, node, self.faults(node))
+        if self.plugins.node_mode(node) == "nvidia":
+            self.plugins.set_stale(name, "stale-plugin" in self.faults(node))
         self.sync_kubelet(name, node)
         host = self.read_host(name, path)
         labels = dict(node["metadata"].get("labels") or {})
@@ -402,6 +425,8 @@ class Agents:
         pod = self.cache.running_pod(name, self.namespace, "nvidia-mig-manager")
         if self.nvidia.node_mode(node) == "nvidia":
             self.nvidia.set_host_faults(name, self.faults(node) & set(HOST_FAULTS))
+            if self.nvidia.reboot_request(name).exists():
+                self.nvidia.reboot(name, state_path)
             self.nvidia.sync(name, node, pod, state_path)
             if pod is not None and self.nvidia.entry(name).logs_served != pod["metadata"]["uid"]:
                 # kubectl logs: the process's output in CRI format (NvidiaMigManager.cri_log_path)
@@ -473,6 +498,29 @@ class Agents:
         self.set_node_ready(name, True, "kubelet is posting ready status")
         self.cache.core.patch_node(name, {"metadata": {"annotations": {KUBELET_STOPPED_ANNOTATION: None}}})
 
+    def reboot_host(self, name, state_file, message, while_down=None):
+        """The node's host reboots: kubelet is down (node NotReady, no pod's process runs: ``nodes_down``) for
+        Timing.reboot_seconds, the simulated host reboots (hoststate.reboot: processes end, pending MIG modes apply,
+        MIG devices are gone), then a new status.nodeInfo.bootID, the `Rebooted` event kubelet emits after a boot-id
+        change, and kubelet back. Annotation REBOOTING_ANNOTATION marks it while it lasts. ``while_down`` runs once
+        kubelet is down (stopping the node's processes)."""
+        self.cache.core.patch_node(name, {"metadata": {"annotations": {REBOOTING_ANNOTATION: "true"}}})
+        self.nodes_down.add(name)
+        try:
+            self.stop_kubelet(name, message)
+            if while_down is not None:
+                while_down()
+            summary = hoststate.reboot(state_file)
+            time.sleep(self.timing.reboot_seconds)
+            boot_id = str(uuid.uuid4())
+            self.cache.core.patch_node_status(name, {"status": {"nodeInfo": {"bootID": boot_id}}})
+            self.node_event(name, "Rebooted", "Node %s has been rebooted, boot id: %s (simulated boot %d)"
+                            % (name, boot_id, summary["boot"]), "Warning")
+            self.start_kubelet(name)
+        finally:
+            self.nodes_down.discard(name)
+            self.cache.core.patch_node(name, {"metadata": {"annotations": {REBOOTING_ANNOTATION: None}}})
+
     def sync_kubelet(self, name, node):
         """A node left NotReady by fault kubelet-not-ready gets Ready once the fault is cleared."""
         manager = self.managers.get(name)
@@ -507,12 +555,59 @@ class Agents:
             source=client.V1EventSource(component="kubelet", host=name))
         self.cache.core.create_namespaced_event("default", event)
 
-    def sync_sim_faults(self, node, path):
-        """Agent fault reset-unsupported also makes the simulated NVML refuse resets (a VM)."""
-        if "reset-unsupported" in self.faults(node):
-            summary = hoststate.summary(path)
-            if not any(f["name"] == "reset_unsupported" and f["value"] for f in summary["faults"]):
-                hoststate.set_fault(path, None, "reset_unsupported", 1)
+    def sync_hardware_faults(self, name, node, path):
+        """The agent faults that are a state of the node's GPUs (see HOST_FAULTS' comment), in its simulated host:
+        set while the fault is on the node, cleared when it goes (only what this process set)."""
+        faults = self.faults(node)
+        labels = node["metadata"].get("labels") or {}
+        armed = self.hardware_faults.get(name, {})
+        if "fail-once" in faults and "gi_create_fails" in armed and labels.get(STATE_LABEL) == "failed":
+            self.fail_once_spent.add(name)  # the transient condition ends with the failed apply it caused
+        wanted = {}
+        if "reset-unsupported" in faults:
+            wanted["reset_unsupported"] = None
+        if "fail" in faults or ("fail-once" in faults and name not in self.fail_once_spent):
+            wanted["gi_create_fails"] = None
+        if self.nvidia.node_mode(node) == "nvidia":
+            if "wedge-pending" in faults:
+                wanted["mig_change_hangs"] = None
+            elif "wedge-once" in faults:
+                wanted["mig_change_hangs"] = 1
+        held = "gpu-held" in faults
+        if not wanted and not armed and not held and name not in self.held_nodes:
+            return
+        summary = hoststate.summary(path)
+        present = {f["name"]: f for f in summary["faults"] if f["gpu"] == -1}
+        for fault, times in wanted.items():
+            record = present.get(fault)
+            if times is not None:
+                if record is None:  # once: a spent record (value 0) stays, so it is not set again
+                    hoststate.set_fault(path, None, fault, 1, times=times)
+            elif record is None or not record["value"] or record.get("times") is not None:
+                hoststate.set_fault(path, None, fault, 1)
+        for fault in set(armed) - set(wanted):
+            hoststate.set_fault(path, None, fault, 0)
+        self.hardware_faults[name] = wanted
+        self.sync_held_process(name, path, summary, held)
+
+    def sync_held_process(self, name, path, summary, held):
+        """Fault gpu-held: a compute process on GPU 0 (on its first MIG device when MIG is on), gone with the fault."""
+        gpu = summary["gpus"][0]
+        listed = any(p["pid"] == HELD_PID for p in gpu["processes"])
+        if held and not listed:
+            where = {}
+            if gpu["mig_mode"]["current"]:
+                devices = [(gi["id"], ci["id"]) for gi in gpu["gpu_instances"] for ci in gi["compute_instances"]]
+                if not devices:
+                    return  # MIG on without a MIG device: nothing a process can run on
+                where = {"gi_id": devices[0][0], "ci_id": devices[0][1]}
+            hoststate.add_process(path, 0, HELD_PID, HELD_MB, name=HELD_PROCESS, **where)
+        elif not held and listed:
+            hoststate.remove_processes(path, 0, HELD_PID)
+        if held:
+            self.held_nodes.add(name)
+        else:
+            self.held_nodes.discard(name)
 
 
 def configure_logging(verbose=False):

@@ -217,6 +217,23 @@ class ApplyError(Exception):
     """A step of a MIG apply failed; the message names the GPU and the NVML error."""
 
 
+def _nvml_error_names():
+    names = {}
+    for attr in sorted(dir(pynvml)):
+        value = getattr(pynvml, attr)
+        if attr.startswith("NVML_ERROR_") and isinstance(value, int):
+            names.setdefault(value, attr[len("NVML_"):])
+    return names
+
+
+NVML_ERROR_NAMES = _nvml_error_names()
+
+
+def nvml_error(err):
+    """An NVML error as NVIDIA's MIG Manager logs it: go-nvml prints a Return by its constant's name (ERROR_IN_USE)."""
+    return NVML_ERROR_NAMES.get(getattr(err, "value", None), str(err))
+
+
 def set_mig_mode(state_file, gpu_indexes, enabled):
     """nvmlDeviceSetMigMode on each GPU (mig-parted `apply --mode-only`); returns GPUs left pending a reset."""
     wanted = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
@@ -233,7 +250,7 @@ def set_mig_mode(state_file, gpu_indexes, enabled):
                 pynvml.nvmlDeviceSetMigMode(handle, wanted)
             except pynvml.NVMLError as err:
                 raise ApplyError("GPU %d: setting MIG mode %s failed: %s" % (
-                    index, "enabled" if enabled else "disabled", err)) from err
+                    index, "enabled" if enabled else "disabled", nvml_error(err))) from err
             current, pending = pynvml.nvmlDeviceGetMigMode(handle)
             if current != wanted:
                 needs_reset.append(index)
@@ -250,11 +267,12 @@ def _clear(index, handle):
                     pynvml.nvmlComputeInstanceDestroy(ci)
                 except pynvml.NVMLError as err:
                     raise ApplyError("GPU %d: destroying a %s compute instance failed: %s"
-                                     % (index, profile.name, err)) from err
+                                     % (index, profile.name, nvml_error(err))) from err
             try:
                 pynvml.nvmlGpuInstanceDestroy(gi)
             except pynvml.NVMLError as err:
-                raise ApplyError("GPU %d: destroying a %s GPU instance failed: %s" % (index, profile.name, err)) from err
+                raise ApplyError("GPU %d: destroying a %s GPU instance failed: %s"
+                                 % (index, profile.name, nvml_error(err))) from err
 
 
 def _create_in_order(handle, order):
@@ -284,7 +302,8 @@ def apply_mig_devices(state_file, gpu_index, wanted):
                 last_error = err
                 _clear(gpu_index, handle)
         raise ApplyError("GPU %d: no creation order of %s fits: %s" % (
-            gpu_index, ", ".join(p.name if c == p.slices else "%dc.%s" % (c, p.name) for p, c in wanted), last_error))
+            gpu_index, ", ".join(p.name if c == p.slices else "%dc.%s" % (c, p.name) for p, c in wanted),
+            nvml_error(last_error)))
 
 
 def distinct_permutations(items):

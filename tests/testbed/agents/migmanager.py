@@ -7,7 +7,6 @@ MIG devices are applied through pynvml as mig-parted does (§4.4).
 import datetime
 import threading
 import time
-import uuid
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -67,8 +66,7 @@ class MigManager:
         self.config_source = None  # (kind, name) chosen at "startup" of the pod
         self.wake = threading.Event()
         self.busy = False
-        self.failed_once = False   # fault fail-once: whether the transient failure has happened
-        self.wedged_once = False   # fault wedge-once: likewise for the transient wedge
+        self.wedged_once = False   # fault wedge-once: whether the transient wedge has happened
         self.mounted = None        # (pod uid, config name, text): the custom ConfigMap as mounted into the pod
         self.not_started = None    # pod uid whose container cannot start (its custom ConfigMap is missing)
         self.host_stopped = False  # host GPU clients (and maybe kubelet) stopped by the current run
@@ -356,9 +354,7 @@ class MigManager:
             self.delete_node_pods(app)
         self.shutdown_host_clients(mode_change)
         host = hardware.read_host(state_file)
-        busy = [g.index for g in host.gpus if g.index in plan and g.processes]
-        if "gpu-held" in faults and not busy:
-            busy = sorted(plan)[:1]
+        busy = [g.index for g in host.gpus if g.index in plan and g.processes]  # fault gpu-held: a process (agent.py)
         if busy:
             raise ReconfigureFailed("GPU %s: In use by another client (running compute processes)"
                                     % ", ".join(str(i) for i in busy))
@@ -375,11 +371,7 @@ class MigManager:
             time.sleep(timing.apply_seconds)
         if "slow" in faults:
             time.sleep(timing.slow_seconds)
-        if "fail" in faults:
-            raise ReconfigureFailed("Error applying MIG configuration: simulated failure (fault 'fail')")
-        if "fail-once" in faults and not self.failed_once:
-            self.failed_once = True  # a transient error: the next run on this node goes through
-            raise ReconfigureFailed("Error applying MIG configuration: simulated transient failure (fault 'fail-once')")
+        # faults fail and fail-once: the simulated driver refuses the GPU instances (agent.py sync_hardware_faults)
         host = hardware.read_host(state_file)
         by_index = {g.index: g for g in host.gpus}
         for index, (enabled, devices) in sorted(plan.items()):
@@ -457,20 +449,7 @@ class MigManager:
             return
 
     def reboot(self, state_file):
-        """A host reboot: node NotReady for the reboot time (kubelet down), pending MIG modes apply, new boot id.
-
-        Marked also by annotation REBOOTING_ANNOTATION while it lasts, a new status.nodeInfo.bootID and the
-        `Rebooted` node event kubelet emits after a boot-id change.
-        """
+        """A host reboot (Agents.reboot_host): node NotReady for the reboot time, pending MIG modes apply."""
         self.log("Rebooting node %s" % self.node)
         self.host_stopped = False  # everything on the host comes back with the boot
-        self.cache.core.patch_node(self.node, {"metadata": {"annotations": {REBOOTING_ANNOTATION: "true"}}})
-        self.agents.stop_kubelet(self.node, "simulated reboot by nvidia-mig-manager")
-        summary = hoststate.reboot(state_file)
-        time.sleep(self.agents.timing.reboot_seconds)
-        boot_id = str(uuid.uuid4())
-        self.cache.core.patch_node_status(self.node, {"status": {"nodeInfo": {"bootID": boot_id}}})
-        self.agents.node_event(self.node, "Rebooted", "Node %s has been rebooted, boot id: %s (simulated boot %d)"
-                               % (self.node, boot_id, summary["boot"]), "Warning")
-        self.agents.start_kubelet(self.node)
-        self.cache.core.patch_node(self.node, {"metadata": {"annotations": {REBOOTING_ANNOTATION: None}}})
+        self.agents.reboot_host(self.node, state_file, "simulated reboot by nvidia-mig-manager")

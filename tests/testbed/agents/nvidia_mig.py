@@ -14,12 +14,18 @@ or per node (annotation MODE_ANNOTATION = nvidia|sim, which wins). The default s
 * the container's ConfigMap volumes (``mig-parted-config``, ``gpu-clients``) are written into the node's work dir and
   bind-mounted at their mountPath; a ConfigMap that does not exist keeps the process from starting (FailedMount);
 * it authenticates as the pod's ServiceAccount, with a token bound to the pod (TokenRequest), so NVIDIA's RBAC for
-  mig-manager (the operator's ClusterRole/Role) is what it gets.
+  mig-manager (the operator's ClusterRole/Role) is what it gets;
+* a reboot it asks for (WITH_REBOOT: ``chroot /host reboot``, which creates REBOOT_REQUEST in its work dir) is the
+  host's reboot (Agents.reboot_host): the node NotReady for a while, every process of the node stopped, the simulated
+  host rebooted, then the processes started again for the same pods, as kubelet restarts containers after a boot;
+* agent fault ``slow-start``: after each change of the node's ``nvidia.com/mig.config`` label the process gets no CPU
+  for Timing.slow_seconds (SIGSTOP/SIGCONT of its process group, as on a starved node), so it acts on the change late.
 
 Logs: ``<hosts-dir>/<node>.mig-manager.log`` (the process's stdout and stderr); its work dir
 ``<hosts-dir>/<node>.nvidia-mig-manager/`` (fake systemd's log and units, the generated config under upper/etc).
 """
 
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +41,8 @@ from tests.testbed.operator import flatten_kubeconfig
 
 MODE_ANNOTATION = "gpusim.gpufleet.io/mig-manager"
 CONTAINER = "nvidia-mig-manager"
+CONFIG_LABEL = "nvidia.com/mig.config"
+REBOOT_REQUEST = "reboot-requested"
 TOKEN_SECONDS = 24 * 3600
 __all__ = ["MODES", "MODE_ANNOTATION", "NvidiaMigManagers"]
 
@@ -50,6 +58,7 @@ class NvidiaMigManagers(PodProcesses):
     def __init__(self, agents, kubeconfig):
         super().__init__(agents)
         self.kubeconfig = Path(kubeconfig).resolve()
+        self.configs_seen = {}  # node -> its nvidia.com/mig.config value last seen (fault slow-start)
 
     def work_dir(self, name):
         return self.agents.hosts_dir / ("%s.nvidia-mig-manager" % name)
@@ -61,6 +70,47 @@ class NvidiaMigManagers(PodProcesses):
         if (path.read_text() if path.exists() else "") != text:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+
+    def observe_config(self, name, node, faults):
+        """Fault slow-start: a change of the node's config label pauses its process for Timing.slow_seconds."""
+        value = (node["metadata"].get("labels") or {}).get(CONFIG_LABEL)
+        changed = name in self.configs_seen and self.configs_seen[name] != value
+        self.configs_seen[name] = value
+        process = self.entry(name).process
+        if changed and "slow-start" in faults and process is not None:
+            LOG.info("[%s] slow-start: nvidia-mig-manager paused %ss after %s=%s", name,
+                     self.agents.timing.slow_seconds, CONFIG_LABEL, value)
+            process.pause(self.agents.timing.slow_seconds)
+
+    # -- the host's reboot (WITH_REBOOT) -------------------------------------------------------
+    def reboot_request(self, name):
+        return self.work_dir(name) / REBOOT_REQUEST
+
+    def reboots_requested(self):
+        return {name for name in list(self.nodes) if self.reboot_request(name).exists()}
+
+    def reboot(self, name, state_path):
+        """Reboot the node's host for its MIG Manager's ``reboot``, in a thread of its own (it takes a while)."""
+        if name in self.agents.nodes_down:
+            return
+        self.reboot_request(name).unlink(missing_ok=True)
+        self.agents.nodes_down.add(name)
+        LOG.info("[%s] nvidia-mig-manager rebooted the host", name)
+
+        def stop_processes():
+            for processes in (self, self.agents.plugins):
+                entry = processes.entry(name)
+                with entry.lock:
+                    processes._stop(entry)  # pylint: disable=protected-access
+
+        def run():
+            try:
+                self.agents.reboot_host(name, state_path, "node rebooting: nvidia-mig-manager ran reboot",
+                                        while_down=stop_processes)
+            except Exception as err:  # pylint: disable=broad-except  # the agents go on with the other nodes
+                LOG.warning("[%s] reboot failed: %s", name, err)
+                self.agents.nodes_down.discard(name)
+        threading.Thread(target=run, daemon=True, name="reboot-" + name).start()
 
     def start(self, entry, name, node, pod, container, state_path):
         work = self.work_dir(name)
@@ -79,7 +129,8 @@ class NvidiaMigManagers(PodProcesses):
         entry.process = NvidiaMigManager(
             name, state_path, work, kubeconfig, lib_dir, namespace=pod["metadata"]["namespace"],
             env=env, pod_name=pod["metadata"]["name"], volumes=volumes,
-            log_path=self.agents.log_path(name, "mig-manager"), host_driver=host_driver).start()
+            log_path=self.agents.log_path(name, "mig-manager"), host_driver=host_driver,
+            reboot_request=self.reboot_request(name)).start()
         LOG.info("[%s] nvidia-mig-manager started for pod %s (pid %d)", name, pod["metadata"]["name"],
                  entry.process.proc.pid)
 

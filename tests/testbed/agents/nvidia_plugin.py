@@ -17,12 +17,16 @@ module does is what kubelet does:
   not have: DEVICE_LIST_STRATEGY is the DaemonSet's ``envvar``);
 * the config NVIDIA's config-manager picks from the ClusterPolicy's device-plugin ConfigMap for the node (agent.py
   ``plugin_config``, which runs it as the pod's sidecar does) is written to the file CONFIG_FILE names, and a change
-  restarts the plugin (config-manager's SIGHUP makes the plugin restart itself with the new file).
+  restarts the plugin (config-manager's SIGHUP makes the plugin restart itself with the new file);
+* agent fault ``stale-plugin``: the node's status is not written while it is set (what kubelet's endpoint learns is
+  kept back, and written when the fault is cleared), so the node keeps advertising what it did, as when kubelet's
+  node-status updates do not reach the API server while its Lease still keeps the node Ready.
 
 Logs, in ``<hosts-dir>/<node>.nvidia-device-plugin/``: ``device-plugin.log`` (NVIDIA's process, stdout and stderr)
 and the endpoint's lines in the agents' log.
 """
 
+import threading
 
 import yaml
 
@@ -50,6 +54,8 @@ class NvidiaDevicePlugins(PodProcesses):
         super().__init__(agents)
         self.kubelets = {}  # node -> Kubelet
         self.configs = {}  # node -> the config text the running plugin was started with (None: none)
+        self.stale = {}  # node -> {resource: (capacity, allocatable)} kept back while fault stale-plugin is set
+        self.stale_lock = threading.Lock()
 
     def work_dir(self, name):
         return self.agents.hosts_dir / ("%s.nvidia-device-plugin" % name)
@@ -71,11 +77,27 @@ class NvidiaDevicePlugins(PodProcesses):
             core = self.agents.cache.core
 
             def status(resource, capacity, allocatable):
+                with self.stale_lock:
+                    if name in self.stale:
+                        self.stale[name][resource] = (capacity, allocatable)
+                        return
                 core.patch_node_status(name, {"status": {"capacity": {resource: str(capacity)},
                                                          "allocatable": {resource: str(allocatable)}}})
             kubelet = self.kubelets[name] = Kubelet(self.work_dir(name) / "device-plugins", status,
                                                     GRACE_SECONDS).start()
         return kubelet
+
+    def set_stale(self, name, stale):
+        """Fault stale-plugin on or off for the node; off writes what was kept back."""
+        with self.stale_lock:
+            if stale:
+                self.stale.setdefault(name, {})
+                return
+            kept = self.stale.pop(name, None)
+        if kept:
+            self.agents.cache.core.patch_node_status(name, {"status": {
+                "capacity": {r: str(c) for r, (c, _a) in kept.items()},
+                "allocatable": {r: str(a) for r, (_c, a) in kept.items()}}})
 
     def start(self, entry, name, node, pod, container, state_path):
         self.kubelet(name)
@@ -105,6 +127,8 @@ class NvidiaDevicePlugins(PodProcesses):
         if kubelet is not None:
             kubelet.stop()
         self.configs.pop(name, None)
+        with self.stale_lock:
+            self.stale.pop(name, None)
 
     def stop_all(self):
         super().stop_all()

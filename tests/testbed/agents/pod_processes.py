@@ -76,6 +76,9 @@ class PodProcesses:
     def sync(self, name, node, pod, state_path):
         entry = self.entry(name)
         with entry.lock:
+            if name in self.agents.nodes_down:  # the host is rebooting: no container runs until kubelet is back
+                self._stop(entry)
+                return
             if pod is None:
                 if entry.process is not None:
                     LOG.info("[%s] %s: pod gone, stopping the process", name, self.program)

@@ -37,6 +37,8 @@ FAULTS = (
     "no_permission",  # caller is not root: mode changes and GI/CI create/destroy -> NO_PERMISSION
     "mig_mode_needs_reset",  # bare metal, but the mode change waits for an explicit reset_gpu (nvidia-smi -r)
     "wrong_instance_counts",  # NVML misreports profile instance counts (as on A30); creation keeps the true limits
+    "gi_create_fails",  # the driver refuses new GPU instances: nvmlDeviceCreateGpuInstance* -> NVML_ERROR_UNKNOWN
+    "mig_change_hangs",  # the driver stops answering: nvmlDeviceSetMigMode and GPU-instance creation never return
 )
 
 DEFAULT_DRIVER = "580.159.04"  # the H200 reading's driver (ref h200-nvml-reading.json)
@@ -51,7 +53,7 @@ _CUDA_BY_BRANCH = {
 _INT_FIELDS = {
     "gpusim": {"version"},
     "host": {"cuda", "boot"},
-    "fault": {"gpu", "value"},
+    "fault": {"gpu", "value", "times"},
     "gpu": {"index", "bus", "mem_total", "mem_reserved_mb", "mig_capable", "mig_current", "mig_pending",
             "mem_slices", "compute_slices", "max_mig", "arch", "cc_major", "cc_minor", "sms", "persistence"},
     "gip": {"gpu", "index", "id", "slices", "instances", "sms", "ce", "dec", "enc", "jpeg", "ofa", "mem_mb", "p2p"},
@@ -286,8 +288,12 @@ def create_host(path, model, count, faults=None, driver_version=DEFAULT_DRIVER, 
     return summary(path)
 
 
-def set_fault(path, gpu_index, fault, value=1):
-    """Set (value truthy) or clear (0/False) a fault on one GPU, or host-wide with gpu_index=None."""
+def set_fault(path, gpu_index, fault, value=1, times=None):
+    """Set (value truthy) or clear (0/False) a fault on one GPU, or host-wide with gpu_index=None.
+
+    ``times``: the fault fires that many times, then stays off with its record kept (value 0, times 0), so a
+    reader can tell it has fired; honoured by the faults that act inside a change (gi_create_fails,
+    mig_change_hangs); None: every time."""
     if fault not in FAULTS:
         raise SimHostError("unknown fault %r; known: %s" % (fault, ", ".join(FAULTS)))
     scope = -1 if gpu_index is None else int(gpu_index)
@@ -296,7 +302,10 @@ def set_fault(path, gpu_index, fault, value=1):
             _gpu(state, scope)
         state["faults"] = [f for f in state["faults"] if not (f["name"] == fault and f["gpu"] == scope)]
         if value:
-            state["faults"].append({"gpu": scope, "name": fault, "value": int(value)})
+            record = {"gpu": scope, "name": fault, "value": int(value)}
+            if times is not None:
+                record["times"] = int(times)
+            state["faults"].append(record)
 
 
 def add_process(path, gpu_index, pid, used_mb, gi_id=None, ci_id=None, name="python3"):

@@ -82,8 +82,8 @@ class SimHost(object):
     def remove_processes(self, gpu_index=None, pid=None):
         return hoststate.remove_processes(self.state_path, gpu_index, pid)
 
-    def set_fault(self, gpu_index, fault, value=1):
-        hoststate.set_fault(self.state_path, gpu_index, fault, value)
+    def set_fault(self, gpu_index, fault, value=1, times=None):
+        hoststate.set_fault(self.state_path, gpu_index, fault, value, times)
 
     def reset_gpu(self, index):
         return hoststate.reset_gpu(self.state_path, index)

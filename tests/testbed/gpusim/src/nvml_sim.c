@@ -154,7 +154,8 @@ typedef struct {
     int ngip, ncip, ngi, nci, nproc;
     gip_t gip[MAX_GIP]; cip_t cip[MAX_CIP]; gi_t gi[MAX_GI]; ci_t ci[MAX_CI]; proc_t proc[MAX_PROC];
 } gpu_t;
-typedef struct { int gpu, value; char name[STR]; char extra[EXTRA]; } fault_t;
+/* times: how often the fault still fires (-1: every time); at 0 it is off (value 0), its record kept. */
+typedef struct { int gpu, value, times; char name[STR]; char extra[EXTRA]; } fault_t;
 typedef struct {
     char driver[STR], nvml[STR], host_extra[EXTRA]; int cuda, boot;
     int nfault; fault_t fault[MAX_FAULTS];
@@ -247,7 +248,7 @@ static int parse_state(const char *text) {
         else if (!strcmp(kind, "host")) extra = S.host_extra;
         else if (!strcmp(kind, "fault")) {
             if (S.nfault >= MAX_FAULTS) return -1;
-            ft = &S.fault[S.nfault++]; ft->gpu = -1; extra = ft->extra;
+            ft = &S.fault[S.nfault++]; ft->gpu = -1; ft->times = -1; extra = ft->extra;
         } else if (!strcmp(kind, "gpu")) {
             if (S.ngpu >= MAX_GPUS) return -1;
             g = &S.gpu[S.ngpu++]; extra = g->extra; g->persistence = 1;
@@ -279,6 +280,7 @@ static int parse_state(const char *text) {
                 else known = 0;
             } else if (ft) {
                 if (KEY("gpu")) ft->gpu = (int)IV; else if (KEY("value")) ft->value = (int)IV;
+                else if (KEY("times")) ft->times = (int)IV;
                 else if (KEY("name")) snprintf(ft->name, STR, "%s", val); else known = 0;
             } else if (gp) {
                 if (KEY("gpu")) ;
@@ -363,7 +365,9 @@ static int write_state(void) {
     fprintf(f, " cuda=%d boot=%d%s\n", S.cuda, S.boot, S.host_extra);
     for (int i = 0; i < S.nfault; i++) {
         fprintf(f, "fault gpu=%d name=", S.fault[i].gpu); pct_encode(f, S.fault[i].name);
-        fprintf(f, " value=%d%s\n", S.fault[i].value, S.fault[i].extra);
+        fprintf(f, " value=%d", S.fault[i].value);
+        if (S.fault[i].times >= 0) fprintf(f, " times=%d", S.fault[i].times);
+        fprintf(f, "%s\n", S.fault[i].extra);
     }
     for (int i = 0; i < S.ngpu; i++) {
         gpu_t *g = &S.gpu[i];
@@ -478,6 +482,30 @@ static int fault_on(int gpu, const char *name) {
         if (S.fault[i].value && (S.fault[i].gpu == -1 || S.fault[i].gpu == gpu) && !strcmp(S.fault[i].name, name))
             return 1;
     return 0;
+}
+
+/* Inside a mutation: whether fault `name` fires for GPU `gpu` now. A fault with `times` counts down and goes off
+ * (value 0) at 0; then *changed is set and the caller must write the state even when its call fails. */
+static int fault_fires(int gpu, const char *name, int *changed) {
+    for (int i = 0; i < S.nfault; i++) {
+        fault_t *f = &S.fault[i];
+        if (!f->value || (f->gpu != -1 && f->gpu != gpu) || strcmp(f->name, name)) continue;
+        if (f->times > 0 && --f->times == 0) { f->value = 0; *changed = 1; }
+        return 1;
+    }
+    return 0;
+}
+
+/* Fault mig_change_hangs: a MIG change (nvmlDeviceSetMigMode, GPU-instance creation) never returns, as when the
+ * driver stops answering; the caller holds the state's lock, which is given back first (other clients, such as
+ * nvidia-smi or a monitoring agent, still read the GPU). Only killing the process ends it. */
+static void hang_if_faulted(int gpu) {
+    int changed = 0;
+    if (!fault_fires(gpu, "mig_change_hangs", &changed)) return;
+    if (changed) write_state();
+    loaded = 0;
+    unlock_state();
+    for (;;) pause();
 }
 
 /* ---- lookups ---- */
@@ -871,6 +899,7 @@ EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t d, unsigned int mode, nvml
     TRY(begin_mutation());
     gpu_t *g;
     nvmlReturn_t rc = resolve_gpu_only(d, &g);
+    if (rc == NVML_SUCCESS) hang_if_faulted(g->index);
     if (rc == NVML_SUCCESS && (!activationStatus || mode > 1)) rc = NVML_ERROR_INVALID_ARGUMENT;
     if (rc == NVML_SUCCESS && !g->mig_capable) rc = NVML_ERROR_NOT_SUPPORTED;
     if (rc == NVML_SUCCESS && fault_on(g->index, "no_permission")) rc = NVML_ERROR_NO_PERMISSION;
@@ -1035,6 +1064,13 @@ static nvmlReturn_t create_gi(nvmlDevice_t d, unsigned int profileId, const nvml
     if (rc == NVML_SUCCESS && (!g->mig_capable || !g->mig_current)) rc = NVML_ERROR_NOT_SUPPORTED;
     if (rc == NVML_SUCCESS && fault_on(g->index, "no_permission")) rc = NVML_ERROR_NO_PERMISSION;
     if (rc == NVML_SUCCESS && !(p = gip_by_id(g, (int)profileId))) rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc == NVML_SUCCESS) hang_if_faulted(g->index);
+    /* Fault gi_create_fails: the driver refuses the new GPU instance with an error NVML cannot name. */
+    int changed = 0;
+    if (rc == NVML_SUCCESS && fault_fires(g->index, "gi_create_fails", &changed)) {
+        if (changed) write_state();
+        rc = NVML_ERROR_UNKNOWN;
+    }
     if (rc != NVML_SUCCESS) return end_mutation(rc);
     unsigned mask = gi_memory_mask(g);
     int used = gi_compute_used(g), existing = gi_count_of(g, p->id), k = -1;
