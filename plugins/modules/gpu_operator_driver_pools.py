@@ -116,6 +116,31 @@ nodes_by_pool:
   returned: success
   type: dict
   sample: {"hopper": ["gpu-1", "gpu-2"], "ampere": ["gpu-3"]}
+route:
+  description:
+    - Nodes that get the C(gpufleet.io/driver-pool) label while no NVIDIADriver whose nodeSelector has that label owns
+      them. NVIDIA's v26.7.0 controller re-routes nodes to NVIDIADrivers when an NVIDIADriver is created, changed or
+      deleted, or when a label in the nodeSelector of a node's current NVIDIADriver changes
+      (C(controllers/nodelabeling_controller.go)); it would not notice these by themselves.
+  returned: success
+  type: list
+  elements: str
+route_trigger:
+  description:
+    - With RV(route), the NVIDIADriver the role creates and deletes right after applying the pools' so that NVIDIA's
+      controller routes those nodes; it selects no node (C(gpufleet.io/driver-pool-route=none)), so NVIDIA's controller
+      deploys nothing for it. Null without RV(route).
+  returned: success
+  type: dict
+  contains:
+    metadata:
+      description: Name C(gpufleet-route-nodes), label C(app.kubernetes.io/managed-by=gpufleet.gpu_operator).
+      returned: always
+      type: dict
+    spec:
+      description: The NVIDIADriver's spec.
+      returned: always
+      type: dict
 summary:
   description: One line per pool - its NVIDIADriver, driver version and the nodes it selects.
   returned: success
@@ -140,7 +165,7 @@ problems:
 """
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.nvidia_drivers import plan
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.nvidia_drivers import plan, route_trigger
 
 
 def check(module):
@@ -155,6 +180,7 @@ def check(module):
                          changed=False)
     for warning in result["warnings"]:
         module.warn(warning)
+    result["route_trigger"] = route_trigger() if result["route"] else None
     result["summary"] = [summary_line(pool, result["nodes_by_pool"].get(pool["name"]) or []) for pool in params["pools"]]
     return dict(changed=False, **result)
 

@@ -42,6 +42,13 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 HELM_RELEASE_ANNOTATION = "meta.helm.sh/release-name"
 HELM_NAMESPACE_ANNOTATION = "meta.helm.sh/release-namespace"
 
+# NVIDIA's v26.7.0 controller routes nodes to NVIDIADrivers (AssignOwners) when an NVIDIADriver is created, changed or
+# deleted, when the operator's own GPU labels of a node change, or when a label in the nodeSelector of the node's
+# current NVIDIADriver changes (controllers/nodelabeling_controller.go SetupWithManager); a label added to a node that
+# no NVIDIADriver owns yet is not noticed. The role then creates and deletes this NVIDIADriver, which selects no node.
+ROUTE_TRIGGER = "gpufleet-route-nodes"
+ROUTE_TRIGGER_SELECTOR = {"gpufleet.io/driver-pool-route": "none"}
+
 DRIVER_TYPES = ("gpu", "vgpu", "vgpu-host-manager")  # CRD enum of spec.driverType
 KERNEL_MODULE_TYPES = ("auto", "open", "proprietary")  # CRD enum of spec.kernelModuleType
 POOL_KEYS = ("name", "version", "nodes_group", "node_selector", "repository", "image", "driver_type", "kernel_module_type")
@@ -117,6 +124,9 @@ def pool_problems(pools, group_nodes, driver_enabled=True):
         if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL.match(name):
             problems.append("%s: name %r is not a DNS-1123 label (lower-case letters, digits and '-', at most 63 "
                             "characters): it names the NVIDIADriver and is the value of node labels" % (where, name))
+        elif name == ROUTE_TRIGGER:
+            problems.append("%s: name %s is reserved: the role uses an NVIDIADriver of that name for a moment to have "
+                            "NVIDIA's controller route newly labelled nodes" % (where, name))
         elif name in names:
             problems.append("%s: name %s is also the name of gpu_operator_nvidia_drivers[%d]" % (where, name, names[name]))
         else:
@@ -238,6 +248,15 @@ def _labels(obj):
     return (obj.get("metadata") or {}).get("labels") or {}
 
 
+def route_trigger():
+    """The NVIDIADriver the role creates and deletes at once to have NVIDIA's controller route nodes (ROUTE_TRIGGER):
+    its nodeSelector matches no node, so NVIDIA's controller renders nothing for it."""
+    return {"apiVersion": API_VERSION, "kind": KIND,
+            "metadata": {"name": ROUTE_TRIGGER, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+            "spec": {"driverType": "gpu", "repository": DEFAULT_REPOSITORY, "image": DEFAULT_IMAGE,
+                     "nodeSelector": dict(ROUTE_TRIGGER_SELECTOR)}}
+
+
 def is_managed(obj):
     """Whether the gpu_operator role created ``obj`` (its managed-by label)."""
     return _labels(obj).get(MANAGED_BY_LABEL) == MANAGED_BY
@@ -262,7 +281,8 @@ def plan(pools, nodes, drivers, gpu_nodes=None, release=None, namespace=None):
     own ``default`` NVIDIADriver goes away with ``deployDefaultCR: false``.
 
     Returns {problems, warnings, label_changes [{node, from, to}], delete [names], nodes_by_pool {pool: [nodes]},
-    foreign [names]}; label_changes that remove a label come first.
+    foreign [names], route [nodes]}; label_changes that remove a label come first. ``route``: nodes that get a pool
+    label NVIDIA's controller would not notice by itself (see ROUTE_TRIGGER).
     """
     problems, warnings = [], []
     labels = dict((node["metadata"]["name"], dict(_labels(node))) for node in nodes)
@@ -286,7 +306,7 @@ def plan(pools, nodes, drivers, gpu_nodes=None, release=None, namespace=None):
         else:
             labels[name][POOL_LABEL] = target
     result = {"problems": problems, "warnings": warnings, "label_changes": removals + additions, "delete": [],
-              "nodes_by_pool": dict((pool["name"], []) for pool in pools), "foreign": []}
+              "nodes_by_pool": dict((pool["name"], []) for pool in pools), "foreign": [], "route": []}
     pool_names = set(pool["name"] for pool in pools)
     existing = dict(((d.get("metadata") or {}).get("name"), d) for d in drivers)
     delete, foreign = result["delete"], result["foreign"]
@@ -304,6 +324,12 @@ def plan(pools, nodes, drivers, gpu_nodes=None, release=None, namespace=None):
         if release and (driver.get("spec") or {}).get("default") and _chart_made(driver, release, namespace):
             continue  # the chart's own default NVIDIADriver: helm removes it with deployDefaultCR=false
         foreign.append(name)
+    for change in additions:
+        owner_name = labels[change["node"]].get(OWNER_LABEL) or ""
+        owner = existing.get(owner_name)
+        if owner is None or owner_name in delete or (owner.get("spec") or {}).get("default") \
+                or POOL_LABEL not in effective_selector(owner):
+            result["route"].append(change["node"])  # the label change alone would not make NVIDIA re-route it
     if not pools:
         return result  # the driver goes back to ClusterPolicy: other NVIDIADrivers are not this role's business
     for pool in pools:
@@ -343,8 +369,16 @@ def plan(pools, nodes, drivers, gpu_nodes=None, release=None, namespace=None):
                             "applied and takes the nodes that get these labels"
                             % (pool["name"], ", ".join("%s=%s" % item for item in sorted(pool["node_selector"].items()))))
     if not defaults:
+        # NVIDIA's controller routes the nodes labelled nvidia.com/gpu.present=true; before the operator has labelled a
+        # node, a selector on labels the operator or GFD set later cannot be judged yet.
         uncovered = sorted(name for name in (gpu_nodes or []) if name in labels and not matched.get(name))
-        if uncovered:
+        known = [name for name in uncovered if labels[name].get(GPU_PRESENT_LABEL) == "true"]
+        if known:
             problems.append("GPU node(s) %s are in no driver pool: with the driver managed by NVIDIADriver resources a GPU "
-                            "node no NVIDIADriver selects gets no driver; add them to a pool" % ", ".join(uncovered))
+                            "node no NVIDIADriver selects gets no driver; add them to a pool" % ", ".join(known))
+        later = [name for name in uncovered if name not in known]
+        if later:
+            warnings.append("GPU node(s) %s are in no driver pool today; not labelled %s=true yet, so a pool that selects "
+                            "labels the GPU Operator sets later may still take them; one that no NVIDIADriver selects "
+                            "gets no driver" % (", ".join(later), GPU_PRESENT_LABEL))
     return result

@@ -46,6 +46,8 @@ FREE_FORM = {
     ("gpu_operator_values", "nvidia_drivers.node_selector"): "keys are label names",
     ("gpu_operator_values", "nvidia_drivers.manifest"): "an NVIDIADriver in NVIDIA's CRD layout",
     ("gpu_operator_driver_pools", "nodes_by_pool"): "keys are pool names, values are node names",
+    ("gpu_operator_driver_pools", "route_trigger.metadata"): "an NVIDIADriver's metadata",
+    ("gpu_operator_driver_pools", "route_trigger.spec"): "an NVIDIADriver's spec in NVIDIA's CRD layout",
     ("mig_plan", "plan.gpus.target"): _PROFILES,
     ("mig_plan", "plan.gpus.current"): _PROFILES,
     ("mig_plan", "plan.gpus.alternatives"): "each element maps profile names to counts",

@@ -209,6 +209,18 @@ def test_gpu_nodes_in_no_pool_are_refused_unless_a_default_nvidiadriver_takes_th
     assert plan(rendered(HOPPER), nodes, [fallback], ["h1", "h2", "a1", "b7"])["problems"] == []
 
 
+def test_gpu_nodes_the_operator_has_not_labelled_yet_are_a_warning():
+    """A selector on a label GFD or the operator sets (nvidia.com/gpu.product) matches nothing before the first install;
+    NVIDIA's controller routes only nodes labelled nvidia.com/gpu.present=true."""
+    nodes = [node("h1"), node("h2"), {"metadata": {"name": "new", "labels": {}}}]
+    gfd_pool = dict(AMPERE, node_selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"})
+    result = plan(rendered(HOPPER, gfd_pool), nodes, [], ["h1", "h2", "new"])
+    assert result["problems"] == []
+    assert result["warnings"][-1] == (
+        "GPU node(s) new are in no driver pool today; not labelled nvidia.com/gpu.present=true yet, so a pool that "
+        "selects labels the GPU Operator sets later may still take them; one that no NVIDIADriver selects gets no driver")
+
+
 def test_the_charts_own_default_nvidiadriver_does_not_count():
     chart_made = driver("default", managed=False, default=True)
     chart_made["metadata"]["annotations"] = {"meta.helm.sh/release-name": "gpu-operator",
