@@ -248,3 +248,23 @@ def test_group_nodes_missing_from_the_cluster_are_refused_and_empty_selectors_wa
     assert result["warnings"] == [
         "pool ampere: node_selector nvidia.com/gpu.family=ampere matches no node of the cluster today; its NVIDIADriver "
         "is applied and takes the nodes that get these labels"]
+
+
+def test_nodes_nvidia_would_not_route_by_the_label_alone_are_listed():
+    """NVIDIA's v26.7.0 node-labeling controller notices a label change only when the label is in the nodeSelector of
+    the node's current NVIDIADriver (controllers/nodelabeling_controller.go); other nodes are routed through an
+    NVIDIADriver create and delete."""
+    ampere_sel = {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
+    nodes = [node("new"),  # no owner yet
+             node("moved", **{POOL_LABEL: "ampere-g", OWNER_LABEL: "ampere-g"}),  # owner selects the pool label
+             node("by-selector", **{OWNER_LABEL: "ampere"}),  # owner's selector lacks the pool label
+             node("of-stale", **{POOL_LABEL: "old", OWNER_LABEL: "old"})]  # owner is deleted by this run
+    groups = {"gpu_hopper": ["new", "moved", "by-selector", "of-stale"]}
+    existing = [driver("ampere-g", nodeSelector={POOL_LABEL: "ampere-g"}), driver("ampere", nodeSelector=ampere_sel),
+                driver("old", nodeSelector={POOL_LABEL: "old"})]
+    result = plan(render_pools([HOPPER, dict(AMPERE, name="ampere-g")], groups), nodes, existing)
+    assert [c["node"] for c in result["label_changes"]] == ["by-selector", "moved", "new", "of-stale"]
+    assert result["route"] == ["by-selector", "new", "of-stale"]
+    assert pools_mod.route_trigger()["spec"]["nodeSelector"] == {"gpufleet.io/driver-pool-route": "none"}
+    assert pools_mod.route_trigger()["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpufleet.gpu_operator"}
+    assert "name gpufleet-route-nodes is reserved" in pool_problems([dict(HOPPER, name="gpufleet-route-nodes")], GROUPS)[0]
