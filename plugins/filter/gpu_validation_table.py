@@ -13,6 +13,8 @@ version_added: 0.1.0
 description:
   - Combines the result of M(gpufleet.gpu_operator.gpu_node_validate) and, optionally,
     M(gpufleet.gpu_operator.gpu_smoke_test) into text lines, one row per node, then one line per failure.
+  - When a node's driver pod comes from an NVIDIADriver resource (driver pools), a C(DRIVER) column names that
+    NVIDIADriver and the driver image's tag (C(<version>-<os>)).
 positional: smoke
 options:
   _input:
@@ -61,8 +63,17 @@ def smoke_cell(passed, ran, busy, results):
     return ", ".join(parts) or ("not run" if not results else "check mode")
 
 
+def driver_cell(driver):
+    """'<NVIDIADriver> <image tag>' of a node's driver pod that an NVIDIADriver made, '-' for any other."""
+    if not driver or not driver.get("nvidia_driver"):
+        return "-"
+    image = driver.get("image") or ""
+    tag = image.rsplit("@", 1)[-1] if "@" in image else image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    return "%s %s" % (driver["nvidia_driver"], tag) if tag else driver["nvidia_driver"]
+
+
 def validation_rows(checks, smoke=None):
-    """[{node, model, resources, checks, smoke, result, failures, notes}] sorted by node."""
+    """[{node, model, resources, checks, driver, smoke, result, failures, notes}] sorted by node."""
     smoke_by_node = {}
     for result in (smoke or {}).get("results") or []:
         smoke_by_node.setdefault(result["node"], []).append(result)
@@ -82,6 +93,7 @@ def validation_rows(checks, smoke=None):
             # Which reading the labels were compared with: gpu_info on the host, or dcgm-exporter's series.
             "hardware": ("dcgm" if entry.get("hardware_source") == "dcgm" else "compared")
             if entry.get("hardware_checked") else "not read",
+            "driver": driver_cell(entry.get("driver")),
             "smoke": smoke_cell(passed, ran, busy, smoke_results),
             "result": "PASS" if not failures else "FAIL",
             "failures": failures,
@@ -94,6 +106,9 @@ def validation_rows(checks, smoke=None):
 def gpu_validation_table(checks, smoke=None):
     rows = validation_rows(checks, smoke)
     columns = ("node", "model", "resources", "hardware", "checks", "smoke", "result")
+    if any(row["driver"] != "-" for row in rows):
+        # The driver is managed per node pool by NVIDIADriver resources: which one, at which image tag.
+        columns = ("node", "model", "resources", "driver", "hardware", "checks", "smoke", "result")
     lines = table_lines([c.upper() for c in columns], [[row[c] for c in columns] for row in rows])
     for row in rows:
         for failure in row["failures"]:

@@ -110,12 +110,19 @@ nodes:
       C(smoke_resources) (the GPU resources to smoke-test, list of strings), C(product) (GPU model or null),
       C(summary) (the node's GPU facts from its labels, as in M(gpufleet.gpu_operator.gpu_cluster_info); empty
       for a node not found), C(hardware_checked) (bool, whether labels were compared with hardware facts) and
-      C(hardware_source) (V(given), V(dcgm), or null when not compared).
+      C(hardware_source) (V(given), V(dcgm), or null when not compared) and C(driver) (the node's driver pod as
+      M(gpufleet.gpu_operator.gpu_operator_status) returns it in C(drivers) - C(pod), C(nvidia_driver), C(source),
+      C(image), C(state) - or null when the operator runs no driver there).
+    - When ClusterPolicy leaves the driver to NVIDIADriver resources, the driver operand is healthy only when the
+      NVIDIADriver NVIDIA's controller routed the node to (label C(nvidia.com/gpu-operator.driver.owner)) has a
+      ready pod on it.
   returned: always
   type: dict
   sample: {"gpu-a": {"problems": [], "smoke_resources": ["nvidia.com/mig-1g.18gb"], "product": "NVIDIA H200",
            "summary": {"node_name": "gpu-a", "mig_strategy": "mixed"}, "hardware_checked": true,
-           "hardware_source": "given"}}
+           "hardware_source": "given", "driver": {"pod": "nvidia-gpu-driver-ubuntu22.04-6b8f5c7d9-x2x4q",
+           "nvidia_driver": "hopper", "source": "NVIDIADriver hopper",
+           "image": "nvcr.io/nvidia/driver:580.105.08-ubuntu22.04", "state": "ready"}}}
 smoke_targets:
   description: Input for M(gpufleet.gpu_operator.gpu_smoke_test) O(gpufleet.gpu_operator.gpu_smoke_test#module:targets), one per node found.
   returned: always
@@ -148,10 +155,16 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labe
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate.node import validate_node
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.validate import dcgm
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import metrics
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import list_operand_pods, read_cluster_policy
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
+    list_operand_pods,
+    read_cluster_policy,
+    read_driver_owners,
+)
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import (
+    driver_daemonset_owners,
     enabled_operands,
     node_report,
+    uses_nvidia_drivers,
 )
 
 
@@ -200,15 +213,19 @@ def validate(module):
     nodes = read_nodes(ops, [entry["name"] for entry in entries])
     strategy = (((policy or {}).get("spec") or {}).get("mig") or {}).get("strategy") or "none"
     operands = enabled_operands(policy) if policy else []
+    daemonsets, _nvidia_drivers = read_driver_owners(api_client, module.params["namespace"], policy)
+    crd_mode, owners = uses_nvidia_drivers(policy), (driver_daemonset_owners(daemonsets) if daemonsets is not None else None)
+    drivers = {}
     results, problems = {}, []
     for entry in entries:
         name = entry["name"]
         node = nodes.get(name)
         if node is None:
             results[name] = {"problems": ["node not found in the cluster"], "smoke_resources": [], "product": None, "summary": {},
-                             "hardware_checked": False, "hardware_source": None}
+                             "hardware_checked": False, "hardware_source": None, "driver": None}
         else:
-            checked = validate_node(node, strategy, entry.get("hardware"), node_report(node, operands, pods))
+            checked = validate_node(node, strategy, entry.get("hardware"),
+                                    node_report(node, operands, pods, crd_mode, owners, drivers))
             if policy is None:
                 checked["problems"].insert(0, "ClusterPolicy cluster-policy not found")
             if entry.get("hardware_error"):
@@ -217,7 +234,8 @@ def validate(module):
             results[name] = {"problems": checked["problems"], "smoke_resources": checked["smoke_resources"] or [RESOURCE_GPU],
                              "product": checked["summary"]["model"], "summary": checked["summary"],
                              "hardware_checked": entry.get("hardware") is not None,
-                             "hardware_source": source if entry.get("hardware") is not None else None}
+                             "hardware_source": source if entry.get("hardware") is not None else None,
+                             "driver": drivers.get(name)}
         problems.extend("%s: %s" % (name, problem) for problem in results[name]["problems"])
     smoke_targets = [{"node": name, "resources": entry["smoke_resources"], "product": entry["product"]}
                      for name, entry in sorted(results.items()) if name in nodes]

@@ -18,6 +18,11 @@ description:
     gpu-feature-discovery, dcgm-exporter, operator-validator, mig-manager) is Running or Completed.
   - With O(wait=true) it polls until everything is ready or O(timeout) passes; on timeout it fails with a
     message naming each node and operand that is not ready.
+  - When ClusterPolicy leaves the driver to NVIDIADriver resources (chart value C(driver.nvidiaDriverCRD.enabled),
+    C(spec.driver.useNvidiaDriverCRD)), a node's driver is the pod of the NVIDIADriver NVIDIA's controller routed the
+    node to (node label C(nvidia.com/gpu-operator.driver.owner)), found through the DaemonSets that NVIDIADriver
+    controls, and every NVIDIADriver must be in state C(ready); RV(drivers) says which NVIDIADriver each node's
+    driver pod comes from.
   - Read-only; never changes the cluster.
 extends_documentation_fragment:
   - gpufleet.gpu_operator.kube_auth
@@ -84,8 +89,39 @@ nodes:
   returned: always
   type: dict
   sample: {"gpu-a": {"device-plugin": "ready", "mig-manager": "paused-for-mig-change"}}
+drivers:
+  description:
+    - A map of node name to the node's driver pod (null when it has none), for each node checked whose driver the
+      operator manages.
+  returned: always
+  type: dict
+  sample: {"gpu-a": {"pod": "nvidia-gpu-driver-ubuntu22.04-6b8f5c7d9-x2x4q", "nvidia_driver": "hopper",
+                     "source": "NVIDIADriver hopper", "image": "nvcr.io/nvidia/driver:580.105.08-ubuntu22.04",
+                     "state": "ready"}}
+  contains:
+    pod:
+      description: The driver pod's name.
+      returned: always
+      type: str
+    nvidia_driver:
+      description: The NVIDIADriver whose DaemonSet made the pod; null for ClusterPolicy's C(nvidia-driver-daemonset).
+      returned: always
+      type: str
+    source:
+      description: C(NVIDIADriver <name>), C(ClusterPolicy), or the DaemonSet that made the pod.
+      returned: always
+      type: str
+    image:
+      description: The driver container's image (C(<repository>/<image>:<version>-<os>)).
+      returned: always
+      type: str
+    state:
+      description: V(ready), or why the pod is not.
+      returned: always
+      type: str
 not_ready:
-  description: One line per thing that is not ready, naming the node and operand.
+  description:
+    - One line per thing that is not ready, naming the node and operand, or the NVIDIADriver and its error.
   returned: always
   type: list
   elements: str
@@ -98,7 +134,11 @@ elapsed:
 import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import list_operand_pods, read_cluster_policy
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
+    list_operand_pods,
+    read_cluster_policy,
+    read_driver_owners,
+)
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import assess
 
@@ -106,15 +146,16 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.sta
 def read_state(api_client, namespace):
     policy = read_cluster_policy(api_client)
     nodes = KubeOps(api_client).list_nodes().get("items") or []
-    return policy, nodes, list_operand_pods(api_client, namespace)
+    daemonsets, nvidia_drivers = read_driver_owners(api_client, namespace, policy)
+    return policy, nodes, list_operand_pods(api_client, namespace), daemonsets, nvidia_drivers
 
 
 def status(module):
     started = time.monotonic()
     deadline = started + max(module.params["timeout"], 0)
     while True:
-        policy, nodes, pods = read_state(module.api_client, module.params["namespace"])
-        result = assess(policy, nodes, pods, module.params["nodes"])
+        policy, nodes, pods, daemonsets, nvidia_drivers = read_state(module.api_client, module.params["namespace"])
+        result = assess(policy, nodes, pods, module.params["nodes"], daemonsets, nvidia_drivers)
         if result["ready"] or not module.params["wait"] or time.monotonic() >= deadline:
             break
         time.sleep(max(1, module.params["poll_interval"]))

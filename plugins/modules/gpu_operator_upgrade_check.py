@@ -96,7 +96,11 @@ lease:
 """
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
-from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import list_operand_pods, read_cluster_policy
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import (
+    list_operand_pods,
+    read_cluster_policy,
+    read_driver_owners,
+)
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import KubeModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.status import assess
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.upgrade import upgrade_blockers
@@ -111,7 +115,8 @@ def check(module):
     pods = list_operand_pods(module.api_client, params["namespace"])
     # holder/duration are unused for a read
     lease = RolloutLock(module.ops().custom, lease_namespace, params["lease_name"], None, 0).read()
-    assessment = assess(policy, nodes, pods, params["nodes"])
+    daemonsets, nvidia_drivers = read_driver_owners(module.api_client, params["namespace"], policy)
+    assessment = assess(policy, nodes, pods, params["nodes"], daemonsets, nvidia_drivers)
     blockers = upgrade_blockers(nodes, lease, assessment, lease_namespace, params["lease_name"])
     result = dict(changed=False, blockers=blockers, state=assessment["state"],
                   lease=lease_view(lease) if lease else None)

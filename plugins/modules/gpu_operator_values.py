@@ -20,8 +20,9 @@ description:
     start-up checks, under the operator's MIG strategy), a custom MIG config that does not parse or names profiles that no GPU model
     of the inventory has, and O(extra_values) that contradict a dedicated setting.
   - Renders the Helm values of the NVIDIA GPU Operator chart (v26.7.0 value keys), the ConfigMaps the role
-    manages (custom MIG config under key C(config.yaml), device-plugin sharing configs), and the
-    ClusterPolicy merge patch that switches strategy and config names without a reinstall.
+    manages (custom MIG config under key C(config.yaml), device-plugin sharing configs), the
+    ClusterPolicy merge patch that switches strategy and config names without a reinstall, and one NVIDIADriver
+    per driver pool of O(nvidia_drivers).
 extends_documentation_fragment:
   - gpufleet.gpu_operator.attributes.no_diff
 options:
@@ -112,6 +113,32 @@ options:
     type: list
     elements: str
     default: []
+  nvidia_drivers:
+    description:
+      - Driver node pools, each managed by an NVIDIADriver custom resource of its own (GPU Operator v26.7.0
+        C(nvidia.com/v1alpha1)). Non-empty, the chart values set C(driver.nvidiaDriverCRD.enabled=true) and
+        C(driver.nvidiaDriverCRD.deployDefaultCR=false), and RV(nvidia_drivers) holds one NVIDIADriver per pool.
+      - Each pool is a mapping with C(name) (the NVIDIADriver's name, a DNS-1123 label), C(version) (the driver
+        version as a string, such as C('580.105.08'), or an image digest C(sha256:...)), exactly one of C(nodes_group)
+        (an inventory group; its nodes are listed in O(driver_group_nodes)) or C(node_selector) (a non-empty mapping of
+        node label to value), and optionally C(repository), C(image) (default the chart's C(driver.repository) and
+        C(driver.image)), C(driver_type) (C(gpu), C(vgpu) or C(vgpu-host-manager)) and C(kernel_module_type) (C(auto),
+        C(open) or C(proprietary)).
+      - Refused, each problem naming the pool and field - unknown keys, a missing or malformed version (a YAML number
+        too), a bad or duplicate name, neither or both of C(nodes_group) and C(node_selector), a group missing from the
+        inventory or without hosts, an empty C(node_selector) or one using NVIDIA's routing label
+        C(nvidia.com/gpu-operator.driver.owner) or the role's C(gpufleet.io/driver-pool), a node in two groups, and
+        pools with O(driver_enabled=false). What needs the cluster (selectors that overlap on a node) is checked by
+        M(gpufleet.gpu_operator.gpu_operator_driver_pools).
+    type: list
+    elements: raw
+    default: []
+  driver_group_nodes:
+    description:
+      - The Kubernetes node names of each inventory group that a pool of O(nvidia_drivers) names in C(nodes_group),
+        as a mapping of group name to a list of node names. A group missing here is not in the inventory.
+    type: dict
+    default: {}
 author:
   - gpufleet maintainers (@gpufleet)
 """
@@ -188,6 +215,44 @@ device_plugin_config_selection:
   returned: success
   type: str
   sample: "nodes labelled nvidia.com/device-plugin.config=<name> get that config (a, b); every other node gets config 'a'"
+nvidia_drivers:
+  description: One entry per pool of O(nvidia_drivers), in the given order (empty without pools).
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The pool's and its NVIDIADriver's name.
+      returned: always
+      type: str
+    nodes_group:
+      description: The pool's inventory group, or null for a pool given by C(node_selector).
+      returned: always
+      type: str
+    nodes:
+      description: The node names of C(nodes_group), sorted; null for a pool given by C(node_selector).
+      returned: always
+      type: list
+      elements: str
+    node_selector:
+      description:
+        - The NVIDIADriver's C(spec.nodeSelector) - the pool's C(node_selector), or C(gpufleet.io/driver-pool=<name>)
+          for a C(nodes_group) pool (the role sets that label on the group's nodes).
+      returned: always
+      type: dict
+    manifest:
+      description:
+        - The NVIDIADriver (C(nvidia.com/v1alpha1)), labelled C(app.kubernetes.io/managed-by=gpufleet.gpu_operator),
+          with C(spec.driverType), C(repository), C(image), C(version), C(nodeSelector) and, when set,
+          C(kernelModuleType) and C(imagePullSecrets).
+      returned: always
+      type: dict
+  sample: [{"name": "hopper", "nodes_group": "gpu_hopper", "nodes": ["gpu-1", "gpu-2"],
+            "node_selector": {"gpufleet.io/driver-pool": "hopper"},
+            "manifest": {"apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver",
+                         "metadata": {"name": "hopper", "labels": {"app.kubernetes.io/managed-by": "gpufleet.gpu_operator"}},
+                         "spec": {"driverType": "gpu", "repository": "nvcr.io/nvidia", "image": "driver",
+                                  "version": "580.105.08", "nodeSelector": {"gpufleet.io/driver-pool": "hopper"}}}}]
 mig_config_names:
   description: Names of the configs in O(mig_config) (empty without one).
   returned: success
@@ -206,6 +271,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.val
     cluster_policy_patch,
     configmaps,
     device_plugin_config_selection,
+    nvidia_drivers,
     settings_problems,
     settings_warnings,
     single_strategy_warnings,
@@ -299,6 +365,9 @@ def main():
             image_pull_secrets=dict(type="list", elements="str", default=[], no_log=False),
             extra_values=dict(type="dict", default={}),
             gpu_models=dict(type="list", elements="str", default=[]),
+            # Checked entry by entry by the module itself, so that each problem names its pool and field.
+            nvidia_drivers=dict(type="list", elements="raw", default=[]),
+            driver_group_nodes=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -324,6 +393,7 @@ def main():
         values=chart_values,
         configmaps=configmaps(settings, settings["namespace"], dump_yaml),
         cluster_policy_patch=cluster_policy_patch(settings),
+        nvidia_drivers=nvidia_drivers(settings, chart_values),
         mig_config_names=config_names,
         device_plugin_config_selection=device_plugin_config_selection(settings),
     )

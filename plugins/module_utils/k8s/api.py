@@ -238,6 +238,19 @@ class KubeOps(object):
                 return []
             raise
 
+    def list_nvidia_drivers(self):
+        """NVIDIADrivers (nvidia.com/v1alpha1, cluster-scoped), or [] when the CRD is not installed."""
+        try:
+            return self.list_paged("/apis/nvidia.com/v1alpha1/nvidiadrivers").get("items") or []
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+
+    def list_daemonsets_in_namespace(self, namespace):
+        """The DaemonSets of ``namespace``, without managedFields."""
+        return self.list_paged("/apis/apps/v1/namespaces/%s/daemonsets" % namespace).get("items") or []
+
     def pod_log(self, namespace, name, tail_lines=200, container=None):
         self.counter.add("get")
         resp = self.request("GET", "/api/v1/namespaces/%s/pods/%s/log" % (namespace, name),
@@ -377,6 +390,15 @@ def read_cluster_policy(api_client):
     """The ClusterPolicy (nvidia.com/v1) the operator acts on, whatever its name, as a dict; None when there is none
     (or the CRD is not installed). Validation, status, the upgrade check and the rollout all read this one."""
     return active_cluster_policy(KubeOps(api_client).list_cluster_policies())
+
+
+def read_driver_owners(api_client, namespace, cluster_policy):
+    """(DaemonSets of ``namespace``, NVIDIADrivers) when the ClusterPolicy leaves the driver to NVIDIADriver resources
+    (spec.driver.useNvidiaDriverCRD), else (None, None): what tells which NVIDIADriver each driver pod comes from."""
+    if not (((cluster_policy or {}).get("spec") or {}).get("driver") or {}).get("useNvidiaDriverCRD"):
+        return None, None
+    ops = KubeOps(api_client)
+    return ops.list_daemonsets_in_namespace(namespace), ops.list_nvidia_drivers()
 
 
 def list_operand_pods(api_client, namespace):

@@ -138,7 +138,8 @@ def secret_values(kubeconfig):
         elif isinstance(value, str) and value.strip():
             found.add(value)
 
-    for entry in kubeconfig.get("users") or []:
+    users = kubeconfig.get("users")
+    for entry in users if isinstance(users, (list, tuple)) else []:
         if isinstance(entry, dict):
             walk(entry.get("user"))
     return found

@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator.dev
     check_config,
     selection_text,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.operator import nvidia_drivers as driver_pools
 
 MIG_STRATEGIES = ("none", "single", "mixed")  # ClusterPolicy spec.mig.strategy enum (clusterpolicy_types.go)
 MIG_DEFAULT_CONFIGS = ("all-disabled", "")  # CRD enum of spec.migManager.config.default (clusterpolicy_types.go)
@@ -198,6 +199,8 @@ def settings_problems(settings, mig_config_problems=None):
     else:
         for name in secrets:
             _check_k8s_name("image_pull_secrets entry", name, problems)
+    problems.extend(driver_pools.pool_problems(settings.get("nvidia_drivers"), settings.get("driver_group_nodes"),
+                                               settings.get("driver_enabled", True)))
     owned = _flatten(_owned_values(settings))
     owned.pop("migManager.env", None)  # extra env entries are appended, see build_values
     layers = _value_layers(settings, problems)
@@ -258,6 +261,10 @@ def _owned_values(settings):
             },
         },
     }
+    if settings.get("nvidia_drivers"):
+        # One NVIDIADriver per pool, applied by the role; the chart's own single default NVIDIADriver would take every
+        # GPU node no pool selects (chart v26.7.0 templates/nvidiadriver.yaml).
+        values["driver"]["nvidiaDriverCRD"] = {"enabled": True, "deployDefaultCR": False}
     if settings.get("device_plugin_config") is not None:
         values["devicePlugin"] = dict(values.get("devicePlugin") or {}, config={
             "name": settings.get("device_plugin_config_name"),
@@ -286,6 +293,14 @@ def build_values(settings):
     if env:
         values["migManager"]["env"] = env
     return values
+
+
+def nvidia_drivers(settings, chart_values):
+    """The NVIDIADriver of each driver pool (nvidia_drivers.render_pools), with the chart's driver image repository,
+    image and pull secrets from ``chart_values`` (build_values) where a pool gives none."""
+    driver = chart_values.get("driver") or {}
+    return driver_pools.render_pools(settings.get("nvidia_drivers"), settings.get("driver_group_nodes") or {},
+                                     driver.get("repository"), driver.get("image"), driver.get("imagePullSecrets"))
 
 
 def cluster_policy_patch(settings):

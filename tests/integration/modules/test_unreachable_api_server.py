@@ -50,6 +50,7 @@ MODULE_ARGS = {
     "gpu_node_validate": {"nodes": [{"name": NODE}]},
     "gpu_operator_status": {},
     "gpu_operator_upgrade_check": {},
+    "gpu_operator_driver_pools": {},
     "gpu_preflight": {},
     "gpu_smoke_test": {"targets": [{"node": NODE}]},
     "mig_rollout": {"nodes": [NODE], "config": "all-1g.10gb"},

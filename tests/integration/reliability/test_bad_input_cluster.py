@@ -26,7 +26,8 @@ HERE = Path(__file__).resolve().parent
 OPERATOR_RECONFIGURE = HERE.parent / "operator" / "reconfigure.yml"
 # Modules that talk to the cluster; the ones that can change it first.
 API_MODULES = ["gpu_drain", "node_mig_config", "mig_rollout", "mig_rollout_lock", "gpu_smoke_test",
-               "gpu_operator_status", "gpu_operator_upgrade_check", "gpu_node_validate", "gpu_cluster_info"]
+               "gpu_operator_status", "gpu_operator_upgrade_check", "gpu_operator_driver_pools", "gpu_node_validate",
+               "gpu_cluster_info"]
 PER_MODULE = 8  # distinct bad inputs per module
 ROLE_CASES = 6  # distinct bad variables per role entry point
 CLUSTER_ROLES = ("gpu_operator", "gpu_report", "gpu_validate", "mig_reconfigure")  # the host roles act on the host

@@ -81,6 +81,7 @@ NODE_NAME_PATHS = {
     "gpu_node_validate": ["nodes[].name"],
     "gpu_operator_status": ["nodes[]"],
     "gpu_operator_upgrade_check": ["nodes[]"],
+    "gpu_operator_driver_pools": ["gpu_nodes[]"],
     "gpu_smoke_test": ["targets[].node"],
     "mig_rollout": ["nodes[]", "hardware{}"],
     "node_mig_config": ["name"],

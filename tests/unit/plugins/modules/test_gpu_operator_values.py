@@ -59,3 +59,23 @@ def test_values_files_are_read_and_each_bad_one_is_named(tmp_path):
     assert "must be a mapping of chart values, got list" in result["problems"][1]
     assert "expands to more than 100000 values" in result["problems"][2]
     assert "cannot be read: No such file or directory" in result["problems"][3]
+
+
+def test_driver_pools_render_one_nvidiadriver_each_or_are_refused_naming_the_pool(tmp_path):
+    pools = [{"name": "hopper", "version": "580.105.08", "nodes_group": "gpu_hopper"},
+             {"name": "ampere", "version": "570.195.03", "node_selector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}}]
+    result = run_module(tmp_path, "gpu_operator_values", nvidia_drivers=pools,
+                        driver_group_nodes={"gpu_hopper": ["gpu-2", "gpu-1"]}, image_pull_secrets=["ngc"])
+    assert not result.get("failed"), result
+    assert result["chart_values"]["driver"]["nvidiaDriverCRD"] == {"enabled": True, "deployDefaultCR": False}
+    assert [(p["name"], p["nodes"]) for p in result["nvidia_drivers"]] == [("hopper", ["gpu-1", "gpu-2"]), ("ampere", None)]
+    assert result["nvidia_drivers"][0]["manifest"]["spec"] == {
+        "driverType": "gpu", "repository": "nvcr.io/nvidia", "image": "driver", "version": "580.105.08",
+        "nodeSelector": {"gpufleet.io/driver-pool": "hopper"}, "imagePullSecrets": ["ngc"]}
+    refused = run_module(tmp_path, "gpu_operator_values", nvidia_drivers=[dict(pools[0], version=580.1), "x"],
+                         driver_group_nodes={"gpu_hopper": ["gpu-1"]})
+    assert refused["failed"] and refused["msg"].startswith("GPU Operator settings rejected before any change: ")
+    assert refused["problems"] == [
+        "gpu_operator_nvidia_drivers[0] (pool hopper): version 580.1 is a float; quote it ('580.105.08'), a YAML number "
+        "loses digits (580.10 reads as 580.1)",
+        "gpu_operator_nvidia_drivers[1] must be a mapping (name, version, nodes_group or node_selector), got str"]

@@ -182,6 +182,9 @@ def test_secret_values_are_the_credentials_of_a_kubeconfig_mapping():
     assert client.secret_values(content) == {"s3cret-token", "get-token", "K", "env-secret"}
     assert client.secret_values("/home/me/.kube/config") == set()
     assert client.secret_values(None) == set()
+    # a malformed mapping has no credentials to hide (the client then refuses it, naming the kubeconfig)
+    assert client.secret_values({"clusters": "x", "users": 1}) == set()
+    assert client.secret_values({"users": "name"}) == set()
 
 
 def test_a_missing_kubeconfig_path_and_a_wrong_context_are_named(tmp_path):
