@@ -102,7 +102,7 @@ def advertised(strategy, devices):
 
 
 def layout(devices):
-    return sorted(p for p, n in devices.items() for _ in range(n))
+    return sorted(p for p, n in devices.items() for _index in range(n))
 
 
 @dataclass
