@@ -1,7 +1,8 @@
 """report.yml as a user runs it, on what a report run must get right besides the findings:
 
 - a second run over an unchanged cluster reports no change and leaves report.json and report.html as they are
-  (their generated_at says when the content was first seen), while a change in the fleet rewrites them;
+  (their generated_at says when the content was first seen), while a change in the fleet rewrites them; the report
+  reads the pods of the whole cluster, so this runs on a cluster of its own that no other test changes;
 - a cluster read through a context without GPU nodes is not a clean report: an Ansible warning and an `empty`
   finding in the table name the kubeconfig and the context;
 - a bad gpu_report_dir fails naming the path before the API server is contacted at all (a listening socket that
@@ -9,6 +10,7 @@
 """
 
 import json
+import os
 import re
 import socket
 import threading
@@ -17,7 +19,10 @@ import time
 import pytest
 import yaml
 
-from .conftest import run_report
+from tests.testbed.cluster import Cluster, TestbedError
+from tests.testbed.pytest_cluster import Testbed
+
+from .conftest import RUN_LABEL, run_report
 
 
 def recap(proc):
@@ -34,28 +39,40 @@ def planted_labels(state):
             "nvidia.com/mig-1g.10gb.count": "7"}
 
 
-def own_findings(report, node, namespace):
-    """The kinds of the findings about ``node`` or a pod of ``namespace``: the report reads the pods of the whole
-    cluster, where other tests may leave a GPU pod Pending (an ``unallocatable`` finding of theirs)."""
-    return [f["kind"] for f in report["findings"]
-            if f["node"] == node or str(f["details"].get("pod", "")).startswith(namespace + "/")]
-
-
 def files_of(out_dir):
     return dict((name, ((out_dir / name).read_bytes(), (out_dir / name).stat().st_mtime_ns))
                 for name in ("report.json", "report.html"))
 
 
-def test_a_second_run_over_an_unchanged_cluster_changes_nothing(testbed, report_run, tmp_path):
+@pytest.fixture
+def quiet_cluster(testbed, tmp_path):
+    """A testbed cluster of this test alone (same binaries as the session's), stopped after."""
+    cluster = Cluster(name="report-quiet-%d" % os.getpid(), directory=tmp_path / "cluster", bin_dir=testbed.bin_dir)
+    try:
+        cluster.up(timeout=120)
+    except TestbedError as exc:
+        cluster.down()
+        pytest.fail("the report test's own cluster did not start: %s" % exc, pytrace=False)
+    try:
+        yield Testbed(cluster.kubeconfig, cluster.bin_dir, tmp_path / "bed", cluster=cluster)
+    finally:
+        cluster.down()
+
+
+def test_a_second_run_over_an_unchanged_cluster_changes_nothing(quiet_cluster, tmp_path):
+    testbed = quiet_cluster
     # A node stuck in pending: its report has the time-dependent parts (state_seconds, a stuck finding's seconds).
-    node = report_run.node("idem", planted_labels("pending"), {"nvidia.com/mig-1g.10gb": "7"})
-    settings = {"gpu_report_label_selector": report_run.selector, "gpu_report_stuck_after": 0}
+    node = "rep-idem"
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/mig-1g.10gb": "7"}
+    testbed.create_node(node, labels=dict(planted_labels("pending"), **{RUN_LABEL: "idem"}), capacity=resources,
+                        allocatable=resources)
+    settings = {"gpu_report_label_selector": "%s=idem" % RUN_LABEL, "gpu_report_stuck_after": 0}
     out_dir = tmp_path / "out"
 
     first, report = run_report(testbed, tmp_path, settings)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
     assert [n["name"] for n in report["nodes"]] == [node]
-    assert own_findings(report, node, report_run.namespace) == ["stuck"]
+    assert [f["kind"] for f in report["findings"]] == ["stuck"]
     assert recap(first)["changed"] == 3, "the directory, report.json and report.html are new: %s" % recap(first)
     written = files_of(out_dir)
 
