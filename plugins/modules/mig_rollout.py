@@ -152,7 +152,10 @@ options:
     type: float
     default: 5.0
   apply_timeout:
-    description: Seconds per node for MIG Manager to report success (including a reboot).
+    description:
+      - Seconds per node for MIG Manager to report success (including a reboot).
+      - Also how long a node waits, before its drain, for its MIG Manager pod to run the DaemonSet's current template
+        while a ClusterPolicy change is still rolling out.
     type: int
     default: 900
   verify_timeout:
@@ -729,7 +732,10 @@ rows:
       returned: after a release with hardware facts for the node
       type: bool
     stage:
-      description: Where the node failed, V(drain), V(apply), V(verify), V(release) or V(api).
+      description:
+        - Where the node failed, V(mig-manager), V(drain), V(apply), V(verify), V(release) or V(api).
+        - V(mig-manager) - the node's MIG Manager pod still ran an older template of its DaemonSet (a ClusterPolicy
+          change still rolling out) after O(apply_timeout); nothing on the node was changed.
       returned: when result is failed
       type: str
     left_cordoned:

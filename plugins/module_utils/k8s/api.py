@@ -251,6 +251,15 @@ class KubeOps(object):
         """The DaemonSets of ``namespace``, without managedFields."""
         return self.list_paged("/apis/apps/v1/namespaces/%s/daemonsets" % namespace).get("items") or []
 
+    def get_daemonset(self, namespace, name):
+        """The DaemonSet as a dict, or None when it does not exist."""
+        return self.get_optional("/apis/apps/v1/namespaces/%s/daemonsets/%s" % (namespace, name))
+
+    def list_controller_revisions(self, namespace, label_selector=None):
+        """The ControllerRevisions of ``namespace`` (DaemonSet and StatefulSet template history)."""
+        return self.list_paged("/apis/apps/v1/namespaces/%s/controllerrevisions" % namespace,
+                               {"label_selector": label_selector}).get("items") or []
+
     def pod_log(self, namespace, name, tail_lines=200, container=None):
         self.counter.add("get")
         resp = self.request("GET", "/api/v1/namespaces/%s/pods/%s/log" % (namespace, name),

@@ -45,6 +45,9 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module i
 
 MIG_MANAGER_APP = "nvidia-mig-manager"  # the app label of MIG Manager's pods (assets/state-mig-manager/0600_daemonset.yaml)
 MIG_MANAGER_SELECTOR = "app=%s" % MIG_MANAGER_APP
+# The label the DaemonSet controller puts on each pod and on the ControllerRevision of its template
+# (k8s.io/api apps/v1 DefaultDaemonSetUniqueLabelKey).
+REVISION_HASH_LABEL = "controller-revision-hash"
 # What the node's MIG config label said before we changed it (for rollback), and the target we set.
 # How MIG Manager logs why a change failed: its main loop logs the error of the reconfiguration with logrus's text
 # format, `level=error msg="Error: <reason>"` (mig-parted cmd/nvidia-mig-manager/main.go, v0.15.0), quotes escaped.
@@ -266,6 +269,79 @@ def mig_manager_not_running(ops, node_name, namespace, policy=None):
             node_name, pod_ref(pods[0]), status.get("phase") or "unknown",
             " (%s)" % ", ".join(w for w in waiting if w) if any(waiting) else "")
     return None
+
+
+def current_revision_hash(daemonset, revisions):
+    """The ``controller-revision-hash`` of ``daemonset``'s current template: its ControllerRevision with the highest
+    revision (the DaemonSet controller's history; it labels each with the hash it puts on the pods), or None."""
+    uid = (daemonset.get("metadata") or {}).get("uid")
+    owned = [r for r in revisions
+             if any(ref.get("uid") == uid for ref in (r.get("metadata") or {}).get("ownerReferences") or [])]
+    if not owned:
+        return None
+    newest = max(owned, key=lambda r: int(r.get("revision") or 0))
+    return ((newest.get("metadata") or {}).get("labels") or {}).get(REVISION_HASH_LABEL)
+
+
+def daemonset_rolled_out(daemonset):
+    """Whether every pod of ``daemonset`` runs its current template (what `kubectl rollout status` waits for)."""
+    meta, status = daemonset.get("metadata") or {}, daemonset.get("status") or {}
+    return (int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+            and int(status.get("updatedNumberScheduled") or 0) >= int(status.get("desiredNumberScheduled") or 0))
+
+
+def mig_manager_outdated(pod, daemonset, revisions):
+    """Why ``pod``, MIG Manager's on a node, does not run its DaemonSet's current template, or None.
+
+    A ClusterPolicy change to MIG Manager (its config name, env such as WITH_REBOOT, image) makes NVIDIA's controller
+    update the DaemonSet, whose controller then replaces the pods one node at a time (RollingUpdate). A node labelled
+    while its old pod still runs is reconfigured with the old settings, or loses its pod mid-change."""
+    if daemonset_rolled_out(daemonset):
+        return None
+    current = current_revision_hash(daemonset, revisions)
+    running = ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_HASH_LABEL)
+    if current is None or running == current:
+        return None
+    return ("MIG Manager pod %s runs an older template of DaemonSet %s (%s=%s, current %s): the DaemonSet is still "
+            "rolling out a change (kubectl -n %s rollout status daemonset/%s)" % (
+                pod_ref(pod), daemonset["metadata"]["name"], REVISION_HASH_LABEL, running, current,
+                daemonset["metadata"].get("namespace"), daemonset["metadata"]["name"]))
+
+
+def mig_manager_rollout_pending(ops, node_name):
+    """Why MIG Manager on ``node_name`` is not yet its DaemonSet's current template (mig_manager_outdated), or None.
+    None too when there is no such pod (mig_manager_not_running says why later) or when the account may not read
+    DaemonSets and ControllerRevisions in the operator namespace (rbac/mig-reconfigure.yaml grants it)."""
+    pods = [p for p in ops.list_pods_on_node(node_name, label_selector=MIG_MANAGER_SELECTOR).get("items") or []
+            if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    owners = [(p, ref["name"]) for p in pods for ref in (p.get("metadata") or {}).get("ownerReferences") or []
+              if ref.get("kind") == "DaemonSet"]
+    if not owners:
+        return None
+    pod, name = owners[0]
+    namespace = pod["metadata"]["namespace"]
+    try:
+        daemonset = ops.get_daemonset(namespace, name)
+        if daemonset is None or daemonset_rolled_out(daemonset):
+            return None
+        selector = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        revisions = ops.list_controller_revisions(namespace, ",".join(
+            "%s=%s" % item for item in sorted(selector.items())) or None)
+    except ApiException as exc:
+        if exc.status == 403:
+            return None
+        raise
+    return mig_manager_outdated(pod, daemonset, revisions)
+
+
+def wait_mig_manager_current(ops, node_name, deadline, interval=2.0):
+    """Wait until MIG Manager on ``node_name`` runs its DaemonSet's current template; returns why not at the
+    deadline, or None."""
+    while True:
+        pending = mig_manager_rollout_pending(ops, node_name)
+        if pending is None or time.monotonic() >= deadline:
+            return pending
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
 def node_mismatches(node, expected_resources, expected_labels):

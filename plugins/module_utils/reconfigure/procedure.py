@@ -54,9 +54,19 @@ def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, 
         row.update(result="unchanged", message="already at %s and verified" % target, duration_s=0.0)
         return row
     o = ctx.options
-    where = {"stage": "drain"}
+    where = {"stage": "mig-manager"}
     drainer = None
     try:
+        # 0. MIG Manager there runs its DaemonSet's current template: right after a ClusterPolicy change the
+        # DaemonSet replaces its pods one node at a time, and an old pod would apply the old settings.
+        outdated = node_step.mig_manager_rollout_pending(ops, node_name)
+        if outdated:
+            ctx.report(node_name, "waiting", outdated)
+            outdated = node_step.wait_mig_manager_current(ops, node_name, time.monotonic() + o["apply_timeout"])
+        if outdated:
+            return fail(row, "mig-manager", "node %s: %s; still so after %ss, nothing changed on the node" % (
+                node_name, outdated, o["apply_timeout"]), ctx, ops, node_name, started)
+        where["stage"] = "drain"
         # 1. drain (idempotent: an earlier cordon of ours is kept, remaining GPU pods are evicted)
         t0 = time.monotonic()
         ctx.report(node_name, "draining", "%s -> %s: cordon and evict %d pod(s)" % (

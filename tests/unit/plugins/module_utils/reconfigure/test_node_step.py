@@ -3,6 +3,7 @@ run_step (label or re-trigger -> follow -> verify -> clear the marker) against a
 a label change with a scripted sequence of states."""
 
 import copy
+import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s import api as k8s_api
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import DeadlineExceeded
@@ -364,3 +365,80 @@ def test_a_failed_cdi_step_is_named_with_mig_managers_reason_and_where_to_look()
     assert found["hints"][0] == "MIG Manager reported failed for all-1g.10gb: failed to apply MIG configuration: exit status 1"
     found = node_step.collect_diagnostics(DiagnosticsOps("success", CDI_LOG), "gpu-a", "gpu-operator")
     assert "mig_manager_error" not in found  # an old error in the log of a node that has since succeeded
+
+
+def _daemonset(generation=3, observed=3, desired=4, updated=2, uid="ds-uid"):
+    return {"metadata": {"name": "nvidia-mig-manager", "namespace": "gpu-operator", "uid": uid,
+                         "generation": generation},
+            "spec": {"selector": {"matchLabels": {"app": "nvidia-mig-manager"}}},
+            "status": {"observedGeneration": observed, "desiredNumberScheduled": desired,
+                       "updatedNumberScheduled": updated}}
+
+
+def _revision(number, hash_, owner="ds-uid"):
+    return {"metadata": {"name": "nvidia-mig-manager-%s" % hash_, "labels": {"controller-revision-hash": hash_},
+                         "ownerReferences": [{"kind": "DaemonSet", "uid": owner}]}, "revision": number}
+
+
+def _mig_manager_pod(hash_):
+    return {"metadata": {"name": "nvidia-mig-manager-x1", "namespace": "gpu-operator",
+                         "labels": {"app": "nvidia-mig-manager", "controller-revision-hash": hash_},
+                         "ownerReferences": [{"kind": "DaemonSet", "name": "nvidia-mig-manager"}]}}
+
+
+def test_an_old_mig_manager_pod_during_a_daemonset_rollout_is_named_with_both_revisions():
+    revisions = [_revision(1, "aaa"), _revision(3, "ccc"), _revision(2, "bbb"), _revision(9, "zzz", owner="other")]
+    why = node_step.mig_manager_outdated(_mig_manager_pod("bbb"), _daemonset(), revisions)
+    assert why == ("MIG Manager pod gpu-operator/nvidia-mig-manager-x1 runs an older template of DaemonSet "
+                   "nvidia-mig-manager (controller-revision-hash=bbb, current ccc): the DaemonSet is still rolling out "
+                   "a change (kubectl -n gpu-operator rollout status daemonset/nvidia-mig-manager)")
+    assert node_step.mig_manager_outdated(_mig_manager_pod("ccc"), _daemonset(), revisions) is None
+
+
+def test_a_rolled_out_daemonset_or_one_without_history_never_holds_a_node():
+    old_pod = _mig_manager_pod("aaa")
+    assert node_step.mig_manager_outdated(old_pod, _daemonset(updated=4), [_revision(2, "bbb")]) is None
+    # The controller has not yet seen the new generation: not rolled out, whatever the counts say.
+    assert node_step.mig_manager_outdated(old_pod, _daemonset(generation=4, updated=4), [_revision(2, "bbb")])
+    assert node_step.mig_manager_outdated(old_pod, _daemonset(), []) is None
+
+
+class FakeRolloutOps(object):
+    def __init__(self, pods, daemonset, revisions, forbidden=False):
+        self.pods, self.daemonset, self.revisions, self.forbidden = pods, daemonset, revisions, forbidden
+        self.selectors = []
+
+    def list_pods_on_node(self, node, label_selector=None):
+        return {"items": self.pods}
+
+    def get_daemonset(self, namespace, name):
+        if self.forbidden:
+            raise k8s_api.ApiException(status=403, reason="Forbidden")
+        return self.daemonset if name == self.daemonset["metadata"]["name"] else None
+
+    def list_controller_revisions(self, namespace, label_selector=None):
+        self.selectors.append(label_selector)
+        return self.revisions
+
+
+def test_rollout_pending_reads_the_pods_daemonset_and_its_history_and_tolerates_a_missing_grant():
+    ops = FakeRolloutOps([_mig_manager_pod("aaa")], _daemonset(), [_revision(1, "aaa"), _revision(2, "bbb")])
+    assert "current bbb" in node_step.mig_manager_rollout_pending(ops, "gpu-1")
+    assert ops.selectors == ["app=nvidia-mig-manager"]
+    assert node_step.mig_manager_rollout_pending(FakeRolloutOps([], _daemonset(), []), "gpu-1") is None
+    forbidden = FakeRolloutOps([_mig_manager_pod("aaa")], _daemonset(), [], forbidden=True)
+    assert node_step.mig_manager_rollout_pending(forbidden, "gpu-1") is None
+
+
+def test_waiting_for_the_current_template_ends_when_the_pod_is_replaced():
+    ops = FakeRolloutOps([_mig_manager_pod("aaa")], _daemonset(), [_revision(1, "aaa"), _revision(2, "bbb")])
+    calls = []
+
+    def replaced_after_two_looks(node, label_selector=None):
+        calls.append(node)
+        return {"items": [_mig_manager_pod("aaa" if len(calls) < 3 else "bbb")]}
+    ops.list_pods_on_node = replaced_after_two_looks
+    assert node_step.wait_mig_manager_current(ops, "gpu-1", time.monotonic() + 30, interval=0.01) is None
+    assert len(calls) == 3
+    still = FakeRolloutOps([_mig_manager_pod("aaa")], _daemonset(), [_revision(1, "aaa"), _revision(2, "bbb")])
+    assert "older template" in node_step.wait_mig_manager_current(still, "gpu-1", time.monotonic() + 0.05, interval=0.01)

@@ -7,6 +7,14 @@ PLANNED = {"node": "n1", "errors": [], "model": "NVIDIA H100 80GB HBM3", "curren
            "pods_to_evict": []}
 
 
+class NoMigManagerPod(object):
+    """The API as far as the step before the drain reads it: no MIG Manager pod on the node (nothing to wait for)."""
+
+    @staticmethod
+    def list_pods_on_node(node, label_selector=None):
+        return {"items": []}
+
+
 class Ctx(object):
     options = {"drain_timeout": 60, "log_lines": 10}
     namespace = "gpu-operator"
@@ -26,7 +34,7 @@ def test_an_unexpected_error_during_the_drain_is_the_nodes_failed_row(monkeypatc
     monkeypatch.setattr(procedure.node_step, "collect_diagnostics",
                         lambda ops, node, namespace, lines: {"unschedulable": True, "config": "all-disabled"})
     row = procedure.run_node(Ctx(ValueError("Expecting value: line 1 column 1 (char 0)")), "n1", "all-1g.10gb",
-                             dict(PLANNED), ops=object())
+                             dict(PLANNED), ops=NoMigManagerPod())
     assert row["result"] == "failed" and row["stage"] == "drain", row
     assert row["message"].startswith("node n1: unexpected error during drain: ValueError: Expecting value"), row
     assert row["left_cordoned"] is True and row["after"] == "all-disabled"
@@ -37,7 +45,7 @@ def test_the_row_is_kept_when_the_diagnostics_fail_too(monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(procedure.node_step, "collect_diagnostics", broken)
-    row = procedure.run_node(Ctx(KeyError("metadata")), "n1", "all-1g.10gb", dict(PLANNED), ops=object())
+    row = procedure.run_node(Ctx(KeyError("metadata")), "n1", "all-1g.10gb", dict(PLANNED), ops=NoMigManagerPod())
     assert row["result"] == "failed" and "KeyError: 'metadata'" in row["message"], row
     assert "diagnostics not read: OSError: [Errno 28] No space left on device" in row["message"], row
 
@@ -69,6 +77,6 @@ def test_evictions_made_before_the_api_server_went_away_stay_in_the_row(monkeypa
     monkeypatch.setattr(procedure, "drain_node", drain_node)
     monkeypatch.setattr(procedure.node_step, "collect_diagnostics",
                         lambda ops, node, namespace, lines: {"unschedulable": True, "config": "all-disabled"})
-    row = procedure.run_node(Gone(None), "n1", "all-1g.10gb", dict(PLANNED), ops=object())
+    row = procedure.run_node(Gone(None), "n1", "all-1g.10gb", dict(PLANNED), ops=NoMigManagerPod())
     assert row["result"] == "failed" and "unreachable during drain" in row["message"], row
     assert row["evicted"] == ["team/trainer-0"] and row["_evictions"] == [{"node": "n1", "pod": "team/trainer-0"}]
