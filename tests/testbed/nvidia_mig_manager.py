@@ -143,7 +143,8 @@ class NvidiaMigManager(NodeProcess):
     """One node's nvidia-mig-manager process and its fake systemd, started and stopped together."""
 
     def __init__(self, node, state_path, work_dir, kubeconfig, nvml_lib_dir, namespace="gpu-operator", env=None,
-                 pod_name=None, extra_binds=(), volumes=(), log_path=None, host_driver=False, reboot_request=None):
+                 pod_name=None, extra_binds=(), volumes=(), log_path=None, host_driver=False, reboot_request=None,
+                 kubelet_requests=None):
         self.node = node
         self.state_path = Path(state_path).resolve()
         self.work = Path(work_dir).resolve()
@@ -162,6 +163,9 @@ class NvidiaMigManager(NodeProcess):
         # `chroot /host reboot` (WITH_REBOOT) creates this file for whoever plays the host's reboot (the agents:
         # nvidia_mig.py); None: the reboot is not simulated (fakehost/bin/chroot exits 1).
         self.reboot_request = Path(reboot_request).resolve() if reboot_request else None
+        # kubelet.service stopped or started through the fake systemd leaves a request in this directory for whoever
+        # plays kubelet's node status (tests/testbed/fakehost/unit_change.py); None: the unit table only.
+        self.kubelet_requests = Path(kubelet_requests).resolve() if kubelet_requests else None
 
     # -- files -----------------------------------------------------------------------------
     def prepare(self):
@@ -218,9 +222,13 @@ class NvidiaMigManager(NodeProcess):
         self.work.mkdir(parents=True, exist_ok=True)
         self.prepare()
         socket_path = self.work / "host" / BUS_SOCKET
-        self.systemd = spawn([sys.executable, "-m", "tests.testbed.fakehost.systemd_dbus", "--socket", str(socket_path),
-                              "--units", str(self.work / "systemd-units.json")],
-                             self.work / "systemd.log", cwd=str(REPO_ROOT))
+        systemd = [sys.executable, "-m", "tests.testbed.fakehost.systemd_dbus", "--socket", str(socket_path),
+                   "--units", str(self.work / "systemd-units.json")]
+        if self.kubelet_requests:
+            # by its file: the fake systemd runs it from the bus socket's directory (AF_UNIX path length)
+            systemd += ["--on-change", shlex.join([sys.executable, str(FAKEHOST_BIN.parent / "unit_change.py"),
+                                                   str(self.kubelet_requests)])]
+        self.systemd = spawn(systemd, self.work / "systemd.log", cwd=str(REPO_ROOT))
         deadline = time.monotonic() + 10
         while not socket_path.exists():
             if self.systemd.poll() is not None or time.monotonic() > deadline:

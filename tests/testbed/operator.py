@@ -89,8 +89,10 @@ def _script(*args):
 RELEASES = tuple(_script("releases").split())
 PRODUCTION_RELEASE = _script("version")
 # The release of the helm installs made by the shared session cluster's fixtures (tests/testbed/agents/pytest_agents.py)
-# and of the tests written against them; GPUFLEET_OPERATOR_RELEASE picks another.
-DEFAULT_RELEASE = os.environ.get("GPUFLEET_OPERATOR_RELEASE") or "v25.3.4"
+# and of the tests written against them: the production pin, whose RBAC NVIDIA's MIG Manager v0.15.0 needs;
+# GPUFLEET_OPERATOR_RELEASE picks another. The upgrade tests start from v25.3.4 (UPGRADE_FROM_RELEASE).
+DEFAULT_RELEASE = os.environ.get("GPUFLEET_OPERATOR_RELEASE") or "v26.7.0"
+UPGRADE_FROM_RELEASE = "v25.3.4"
 
 
 def build(release=None):

@@ -127,8 +127,8 @@ def test_chart_installs_crd_policy_and_operands(gpu_cluster, add_gpu_node):
     assert crd.spec.scope == "Cluster"
     policy = gpu_cluster.policy()
     assert policy["spec"]["mig"]["strategy"] == "mixed"
-    # v25.3.4's CRD defaults the empty name the chart renders to the operator's own ConfigMap
-    assert policy["spec"]["migManager"]["config"] == {"default": "all-disabled", "name": "default-mig-parted-config"}
+    # v26.7.0's CRD leaves the name the chart renders empty unset (v25.3.4's defaulted it to default-mig-parted-config)
+    assert policy["spec"]["migManager"]["config"] == {"default": "all-disabled"}
     apps = client.AppsV1Api(testbed.api_client())
     wanted = {"gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-device-plugin-daemonset",
               "nvidia-mig-manager", "nvidia-operator-validator"}
@@ -249,7 +249,7 @@ def test_policy_not_ready_names_the_operand_state(gpu_cluster, add_gpu_node):
     assert conditions["Ready"]["status"] == "False"
     assert conditions["Error"]["status"] == "True"
     message = conditions["Error"]["message"]
-    prefix = "ClusterPolicy is not ready, states not ready: ["
+    prefix = "ClusterPolicy is not ready; states not ready: ["  # v26.7.0's wording (v25.3.4: "not ready, states")
     assert message.startswith(prefix) and message.endswith("]"), message
     # The names are NVIDIA's state names, its asset directories (state-device-plugin, gpu-feature-discovery, ...);
     # which operands miss the full node's two pod slots varies from run to run.

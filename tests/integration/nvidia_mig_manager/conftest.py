@@ -1,14 +1,12 @@
 """A cluster of its own where NVIDIA's MIG Manager and device plugin run for every simulated GPU node.
 
-nvidia-mig-manager v0.15.0 is what GPU Operator v26.7.0 (the production pin) ships, and it needs that release's RBAC:
-it lists pods at the cluster scope (third-party GPU client DaemonSets), which v25.3.4's ClusterRole for mig-manager
-does not grant (on the session cluster, whose chart is v25.3.4, the run stops in `pending`: "pods is forbidden ...
-cannot list resource "pods" ... at the cluster scope"). So these tests install NVIDIA's v26.7.0 chart (and CRDs) on a
+The model x config matrix switches the ClusterPolicy's `mig.strategy`, a cluster singleton the session cluster's
+other tests rely on, and puts 27 nodes under one rollout; so these tests install NVIDIA's v26.7.0 chart (and CRDs) on a
 dedicated testbed cluster, with NVIDIA's v26.7.0 controller, and the agents in MIG Manager mode "nvidia"
-(tests/testbed/agents/nvidia_mig.py) and device-plugin mode "nvidia" (tests/testbed/agents/nvidia_plugin.py): the
-MIG change, the resources the node advertises and its GFD labels are all NVIDIA's programs' answers. Everything
-else is the session's machinery: the same Cluster class, GpuAgents and simulated NVML.
-"""
+(tests/testbed/agents/nvidia_mig.py) and device-plugin mode "nvidia" (tests/testbed/agents/nvidia_plugin.py), as on
+the session cluster: the MIG change, the resources the node advertises and its GFD labels are all NVIDIA's programs'
+answers. nvidia-mig-manager v0.15.0 needs v26.7.0's RBAC (it lists pods at the cluster scope, which v25.3.4's
+ClusterRole for mig-manager does not grant)."""
 
 import os
 

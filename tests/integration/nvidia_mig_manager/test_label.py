@@ -2,8 +2,8 @@
 
 The agents run NVIDIA's process for the node while its mig-manager pod runs (tests/testbed/agents/nvidia_mig.py,
 tests/testbed/nvidia_mig_manager.py), against the testbed's API server and the simulated NVML; only the host's OS
-boundary is faked (docs/testbed.md, "NVIDIA's MIG Manager"). The rest: NVIDIA's v26.7.0 controller and chart (conftest.py
-says why not the session's v25.3.4), the simulated GFD (NVIDIA's binary), device plugin and dcgm-exporter.
+boundary is faked (docs/testbed.md, "NVIDIA's MIG Manager"). The rest: NVIDIA's v26.7.0 controller and chart on the
+package's own cluster (conftest.py), NVIDIA's GFD and device plugin, the simulated dcgm-exporter.
 """
 
 import yaml

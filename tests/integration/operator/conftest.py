@@ -105,7 +105,7 @@ class OperatorSandbox:
         return self.bed.kubectl("get", "namespace", name, check=False).returncode == 0
 
 
-def _write_inventory(directory, bed, agents, lib_dir):
+def _write_inventory(directory, bed, agents, lib_dir, release):
     directory.mkdir(parents=True, exist_ok=True)
     hosts = {"all": {"children": {"gpu_nodes": {"hosts": dict(
         (name, {"gpu_model": model, "gpu_validate_host_environment": {
@@ -117,9 +117,9 @@ def _write_inventory(directory, bed, agents, lib_dir):
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
         "gpufleet_kubeconfig": str(bed.kubeconfig),
-        # NVIDIA's chart from the GPU Operator Go module (v25.3.4); NFD cannot run under kwok (the
-        # nodes carry its labels instead).
-        "gpu_operator_chart_ref": str(real_operator.chart_dir()),
+        # NVIDIA's chart the testbed builds for ``release``; NFD cannot run under kwok (the nodes carry its labels
+        # instead).
+        "gpu_operator_chart_ref": str(real_operator.chart_dir(release)),
         "gpu_operator_extra_values": {"nfd": {"enabled": False}},
         "gpu_operator_chart_version": "",
         "gpu_operator_repo_add": False,
@@ -131,7 +131,10 @@ def _write_inventory(directory, bed, agents, lib_dir):
 
 
 @pytest.fixture(scope="module")
-def operator_sandbox(tmp_path_factory):
+def operator_sandbox(tmp_path_factory, request):
+    """The sandbox for one test module. A module may set SANDBOX_RELEASE (the chart its inventory installs, default
+    tests/testbed/operator.py DEFAULT_RELEASE) and SANDBOX_MIG_MANAGER (nvidia or sim, GpuAgents' default if unset)."""
+    release = getattr(request.module, "SANDBOX_RELEASE", None) or real_operator.DEFAULT_RELEASE
     workdir = tmp_path_factory.mktemp("operator")
     cluster = Cluster(name="operator-%d" % os.getpid(), directory=workdir / "cluster")
     try:
@@ -139,7 +142,7 @@ def operator_sandbox(tmp_path_factory):
     except TestbedError as exc:
         pytest.fail("operator testbed cluster did not start: %s" % exc, pytrace=False)
     bed = Testbed(cluster.kubeconfig, cluster.bin_dir, workdir, cluster=cluster)
-    agents = GpuAgents(bed, workdir / "hosts")
+    agents = GpuAgents(bed, workdir / "hosts", mig_manager=getattr(request.module, "SANDBOX_MIG_MANAGER", None))
     runtime = None
     try:
         agents.start()
@@ -152,7 +155,7 @@ def operator_sandbox(tmp_path_factory):
         for name, model, count in NODES:
             agents.add_gpu_node(name, model, count)
         bed.create_node("op-cpu")
-        yield OperatorSandbox(bed, agents, _write_inventory(workdir / "inventory", bed, agents, lib_dir))
+        yield OperatorSandbox(bed, agents, _write_inventory(workdir / "inventory", bed, agents, lib_dir, release))
     finally:
         if runtime is not None and runtime.poll() is None:
             runtime.send_signal(signal.SIGTERM)

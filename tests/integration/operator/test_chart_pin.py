@@ -47,7 +47,7 @@ def helm_template(chart, values, tmp_path):
 
 
 def chart_path(name):
-    return CHART_V26 if name == "v26.7.0" else real_operator.chart_dir()
+    return CHART_V26 if name == "v26.7.0" else real_operator.chart_dir(real_operator.UPGRADE_FROM_RELEASE)
 
 
 @pytest.mark.parametrize("inventory", ["example", "sandbox"])

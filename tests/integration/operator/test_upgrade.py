@@ -20,6 +20,11 @@ from tests.integration.operator.test_operator import set_mig_config, wait_for
 from tests.testbed import operator as real_operator
 from tests.testbed.gpusim import hoststate
 
+# The sandbox starts from v25.3.4's chart and controller. Its MIG Manager is the simulator: v25.3.4 ships mig-parted
+# v0.12, whose source the testbed does not build, and NVIDIA's v0.15.0 cannot run under v25.3.4's RBAC (it lists pods
+# at the cluster scope). The MIG layouts kept across the upgrade are the simulated hardware's.
+SANDBOX_RELEASE = real_operator.UPGRADE_FROM_RELEASE
+SANDBOX_MIG_MANAGER = "sim"
 # NVIDIA's v26.7.0 chart from the release source the testbed builds the v26.7.0 controller from (built by the
 # operator_sandbox fixture, which starts the controller supervisor).
 CHART_V26_BUILD = real_operator.cache_dir("v26.7.0") / "chart" / "gpu-operator"

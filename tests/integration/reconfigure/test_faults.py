@@ -15,7 +15,6 @@ from tests.integration.reconfigure.test_rollout import (
     rows_of,
     wait_advertised,
 )
-from tests.testbed.agents.migmanager import HOST_DRIVER_ANNOTATION
 from tests.testbed.pytest_cluster import unique_name
 
 HOLD = "gpufleet.test/hold"
@@ -32,8 +31,8 @@ def finish(proc, timeout=300):
     return PlaybookResult(proc.returncode, out, err)
 
 
-def two_nodes(add_gpu_node, testbed, hint, faults):
-    first = add_gpu_node(hint + "-a", "H100-80GB-HBM3", 1, faults=faults)
+def two_nodes(add_gpu_node, testbed, hint, faults, host_driver=False):
+    first = add_gpu_node(hint + "-a", "H100-80GB-HBM3", 1, faults=faults, host_driver=host_driver)
     other = add_gpu_node(hint + "-b", "H100-80GB-HBM3", 1)
     for name in (first, other):
         wait_advertised(testbed, name)
@@ -62,14 +61,15 @@ def test_node_deleted_mid_rollout_ends_reported_and_touches_no_other_node(testbe
 def test_not_ready_during_the_apply_is_ridden_through(testbed, gpu_cluster, add_gpu_node, runner):
     """Driver on the host: the mode change stops kubelet (node NotReady while pending); the rollout carries on,
     verifies once the node is Ready and gives the cordon back."""
-    node = add_gpu_node("rf-hostdrv", "H100-80GB-HBM3", 1)
+    node = add_gpu_node("rf-hostdrv", "H100-80GB-HBM3", 1, host_driver=True)
     wait_advertised(testbed, node)
-    testbed.core.patch_node(node, {"metadata": {"annotations": {HOST_DRIVER_ANNOTATION: "true"}}})
     result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb"))
     assert result.rc == 0, result.explain()
     row = rows_of(result)[node]
     assert row["result"] == "reconfigured" and row["not_ready_during_apply"] is True, row
-    assert "Stopping kubelet.service" in gpu_cluster.mig_manager_log(node)
+    assert "Shutting down all GPU clients on the host by stopping their systemd services" in gpu_cluster.mig_manager_log(node)
+    systemd = gpu_cluster.host_systemd_log(node)
+    assert systemd.index("StopUnit kubelet.service: inactive") < systemd.index("StartUnit kubelet.service: active")
     view = node_view(testbed, node)
     assert gpu_allocatable(view) == {"nvidia.com/mig-1g.10gb": "7"} and view["unschedulable"] is False
     assert PRIOR_ANNOTATION not in view["annotations"]
@@ -79,8 +79,7 @@ def test_not_ready_after_the_apply_fails_verification_then_a_rerun_converges(
         testbed, gpu_cluster, add_gpu_node, gpu_agents, runner):
     """kubelet comes back but the node stays NotReady after MIG Manager's success: not verified (a NotReady node's
     allocatable is stale), left cordoned and reported, the next node not started; once Ready, a re-run finishes."""
-    node, other = two_nodes(add_gpu_node, testbed, "rf-notready", ["kubelet-not-ready"])
-    testbed.core.patch_node(node, {"metadata": {"annotations": {HOST_DRIVER_ANNOTATION: "true"}}})
+    node, other = two_nodes(add_gpu_node, testbed, "rf-notready", ["kubelet-not-ready"], host_driver=True)
     untouched = node_view(testbed, other)
     variables = dict(rollout_vars(unique_name("lock"), mig_reconfigure_verify_timeout=10), profile="all-1g.10gb",
                      mig_reconfigure_nodes=[node])

@@ -284,6 +284,16 @@ def wait_mig_manager_pods_run(testbed, names, applied, what, timeout=120):
     testbed.wait_for(rolled_out, timeout, "mig-manager pods on %s with %s" % (", ".join(names), what))
 
 
+def wait_daemonset_template(testbed, applied, what, timeout=120):
+    """Until NVIDIA's controller has made a ClusterPolicy change in the mig-manager DaemonSet's pod template; its
+    pods are then still being replaced, one node at a time."""
+    from kubernetes import client
+
+    apps = client.AppsV1Api(testbed.api_client())
+    testbed.wait_for(lambda: applied(apps.read_namespaced_daemon_set("nvidia-mig-manager", "gpu-operator").spec.template),
+                     timeout, "the mig-manager DaemonSet with %s" % what)
+
+
 def mounts_config_map(name):
     return lambda template: name in [v.config_map.name for v in template.spec.volumes or [] if v.config_map]
 
@@ -506,7 +516,10 @@ def test_with_reboot_path(testbed, gpu_cluster, add_gpu_node, runner, gpu_worklo
     env = (gpu_cluster.policy()["spec"].get("migManager") or {}).get("env") or []
     gpu_cluster.patch_policy({"migManager": {"env": env + [{"name": "WITH_REBOOT", "value": "true"}]}})
     try:
-        wait_mig_manager_pods_run(testbed, [node], has_env("WITH_REBOOT", "true"), "WITH_REBOOT=true")
+        # Right after the change, as a user who does not wait for `kubectl rollout status`: the DaemonSet has the new
+        # template, the node's pod may still be the old one (without WITH_REBOOT, whose apply fails on this node);
+        # the rollout waits for the node's new pod before it drains the node.
+        wait_daemonset_template(testbed, has_env("WITH_REBOOT", "true"), "WITH_REBOOT=true")
         plan = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile="all-3g.20gb"),
                                check=True)
         assert plan.task("Plan every node")["plan"][0]["reset_or_reboot"] == "reboot"

@@ -45,7 +45,8 @@ LAG_STATS_FILE = "agents-lag.json"
 RECONCILE_THREADS = 8
 # slow-start: MIG Manager acts on a label change only after Timing.slow_seconds; stale-plugin: the device plugin
 # keeps advertising what it did (allocatable does not follow the hardware); kubelet-not-ready: after a host-client
-# shutdown kubelet comes back but the node stays NotReady until the fault is cleared.
+# shutdown kubelet comes back but the node stays NotReady until the fault is cleared (NVIDIA's MIG Manager: its
+# kubelet.service start through the fake systemd leaves the node NotReady).
 # Made real in the node's simulated hardware, for either MIG Manager (sync_hardware_faults): reset-unsupported (no GPU
 # reset), fail and fail-once (the driver refuses new GPU instances: always, or until MIG Manager has reported failed
 # once), gpu-held (a compute process outside Kubernetes holds GPU 0), and for NVIDIA's MIG Manager (mode nvidia)
@@ -229,7 +230,8 @@ class Agents:
         """Nodes whose mig-manager pod waits on a missing ConfigMap: kubelet's volume manager retries the mount on
         its own (with backoff), not only when the node or pod changes, so the pod starts once the ConfigMap exists."""
         return ({name for name, manager in list(self.managers.items()) if manager.not_started is not None}
-                | self.nvidia.to_retry() | self.plugins.to_retry() | self.nvidia.reboots_requested())
+                | self.nvidia.to_retry() | self.plugins.to_retry() | self.nvidia.reboots_requested()
+                | self.nvidia.kubelet_requests())
 
     def _hardware_changed(self):
         """Nodes whose state file changed since the last look (GFD re-labels on an interval too)."""
@@ -427,6 +429,13 @@ class Agents:
             self.nvidia.set_host_faults(name, self.faults(node) & set(HOST_FAULTS))
             if self.nvidia.reboot_request(name).exists():
                 self.nvidia.reboot(name, state_path)
+            change = self.nvidia.take_kubelet_request(name)
+            while change is not None:
+                if change == "inactive":
+                    self.stop_kubelet(name, "kubelet.service stopped on the host by nvidia-mig-manager")
+                elif "kubelet-not-ready" not in self.faults(node):
+                    self.start_kubelet(name)
+                change = self.nvidia.take_kubelet_request(name)
             self.nvidia.sync(name, node, pod, state_path)
             if pod is not None and self.nvidia.entry(name).logs_served != pod["metadata"]["uid"]:
                 # kubectl logs: the process's output in CRI format (NvidiaMigManager.cri_log_path)
@@ -522,10 +531,16 @@ class Agents:
             self.cache.core.patch_node(name, {"metadata": {"annotations": {REBOOTING_ANNOTATION: None}}})
 
     def sync_kubelet(self, name, node):
-        """A node left NotReady by fault kubelet-not-ready gets Ready once the fault is cleared."""
+        """A node left NotReady by fault kubelet-not-ready gets Ready once the fault is cleared (and, with NVIDIA's
+        MIG Manager, once its kubelet.service is active again)."""
+        if not self.kubelet_stopped(node) or "kubelet-not-ready" in self.faults(node) or name in self.nodes_down:
+            return
+        if self.nvidia.node_mode(node) == "nvidia":
+            if self.nvidia.kubelet_active(name) and not any(self.nvidia.kubelet_dir(name).glob("kubelet-*active")):
+                self.start_kubelet(name)
+            return
         manager = self.managers.get(name)
-        if (self.kubelet_stopped(node) and "kubelet-not-ready" not in self.faults(node)
-                and manager is not None and not manager.busy):
+        if manager is not None and not manager.busy:
             self.start_kubelet(name)
 
     def pod_event(self, pod_uid, reason, message):

@@ -42,6 +42,7 @@ from tests.testbed.operator import flatten_kubeconfig
 MODE_ANNOTATION = "gpusim.gpufleet.io/mig-manager"
 CONTAINER = "nvidia-mig-manager"
 CONFIG_LABEL = "nvidia.com/mig.config"
+STATE_LABEL = "nvidia.com/mig.config.state"
 REBOOT_REQUEST = "reboot-requested"
 TOKEN_SECONDS = 24 * 3600
 __all__ = ["MODES", "MODE_ANNOTATION", "NvidiaMigManagers"]
@@ -58,7 +59,7 @@ class NvidiaMigManagers(PodProcesses):
     def __init__(self, agents, kubeconfig):
         super().__init__(agents)
         self.kubeconfig = Path(kubeconfig).resolve()
-        self.configs_seen = {}  # node -> its nvidia.com/mig.config value last seen (fault slow-start)
+        self.configs_seen = {}  # node -> (mig.config, mig.config.state) last seen (faults slow-start, slow)
 
     def work_dir(self, name):
         return self.agents.hosts_dir / ("%s.nvidia-mig-manager" % name)
@@ -72,14 +73,22 @@ class NvidiaMigManagers(PodProcesses):
             path.write_text(text)
 
     def observe_config(self, name, node, faults):
-        """Fault slow-start: a change of the node's config label pauses its process for Timing.slow_seconds."""
-        value = (node["metadata"].get("labels") or {}).get(CONFIG_LABEL)
-        changed = name in self.configs_seen and self.configs_seen[name] != value
-        self.configs_seen[name] = value
+        """Fault slow-start: a change of the node's config label pauses its process for Timing.slow_seconds (it has
+        not yet said pending). Fault slow: its state label turning pending does (the change is under way and takes
+        that much longer, as on a loaded host)."""
+        labels = node["metadata"].get("labels") or {}
+        value, state = labels.get(CONFIG_LABEL), labels.get(STATE_LABEL)
+        seen = self.configs_seen.get(name)
+        self.configs_seen[name] = (value, state)
         process = self.entry(name).process
-        if changed and "slow-start" in faults and process is not None:
+        if seen is None or process is None:
+            return
+        if seen[0] != value and "slow-start" in faults:
             LOG.info("[%s] slow-start: nvidia-mig-manager paused %ss after %s=%s", name,
                      self.agents.timing.slow_seconds, CONFIG_LABEL, value)
+            process.pause(self.agents.timing.slow_seconds)
+        elif seen[1] != state and state == "pending" and "slow" in faults:
+            LOG.info("[%s] slow: nvidia-mig-manager paused %ss once pending", name, self.agents.timing.slow_seconds)
             process.pause(self.agents.timing.slow_seconds)
 
     # -- the host's reboot (WITH_REBOOT) -------------------------------------------------------
@@ -88,6 +97,28 @@ class NvidiaMigManagers(PodProcesses):
 
     def reboots_requested(self):
         return {name for name in list(self.nodes) if self.reboot_request(name).exists()}
+
+    # -- kubelet.service stopped and started by MIG Manager (WITH_SHUTDOWN_HOST_GPU_CLIENTS) -----------------
+    def kubelet_dir(self, name):
+        return self.work_dir(name) / "kubelet"
+
+    def kubelet_requests(self):
+        return {name for name in list(self.nodes) if any(self.kubelet_dir(name).glob("kubelet-*active"))}
+
+    def take_kubelet_request(self, name):
+        """The oldest kubelet.service change the node's fake systemd made ('inactive' or 'active'), taken (the hook
+        waiting on it returns), or None."""
+        requests = sorted(self.kubelet_dir(name).glob("kubelet-*active"), key=lambda p: p.stat().st_mtime_ns)
+        if not requests:
+            return None
+        requests[0].unlink(missing_ok=True)
+        return requests[0].name[len("kubelet-"):]
+
+    def kubelet_active(self, name):
+        """Whether the node's kubelet.service is active in its fake systemd's unit table (True without one)."""
+        entry = self.entry(name)
+        units = entry.process.units() if entry.process is not None else {}
+        return (units.get("kubelet.service") or {}).get("ActiveState", "active") == "active"
 
     def reboot(self, name, state_path):
         """Reboot the node's host for its MIG Manager's ``reboot``, in a thread of its own (it takes a while)."""
@@ -130,7 +161,7 @@ class NvidiaMigManagers(PodProcesses):
             name, state_path, work, kubeconfig, lib_dir, namespace=pod["metadata"]["namespace"],
             env=env, pod_name=pod["metadata"]["name"], volumes=volumes,
             log_path=self.agents.log_path(name, "mig-manager"), host_driver=host_driver,
-            reboot_request=self.reboot_request(name)).start()
+            reboot_request=self.reboot_request(name), kubelet_requests=self.kubelet_dir(name)).start()
         LOG.info("[%s] nvidia-mig-manager started for pod %s (pid %d)", name, pod["metadata"]["name"],
                  entry.process.proc.pid)
 

@@ -4,15 +4,16 @@
 (tests/testbed/operator.py; it waits for the chart's operator Deployment) running against the
 ``testbed`` cluster, without the chart (for tests that install it themselves, e.g. through the
 gpu_operator role).
-``gpu_cluster`` (session): ``gpu_agents`` plus NVIDIA's chart from the GPU Operator Go module installed
-with helm as release ``gpu-operator`` in namespace ``gpu-operator`` (values: GPU_CLUSTER_VALUES).
+``gpu_cluster`` (session): ``gpu_agents`` plus NVIDIA's chart (tests/testbed/operator.py DEFAULT_RELEASE, v26.7.0)
+installed with helm as release ``gpu-operator`` in namespace ``gpu-operator`` (values: GPU_CLUSTER_VALUES).
 ``add_gpu_node`` (function): factory ``add_gpu_node(hint, model, count, labels=None, faults=None,
 sim_faults=None, mig_enabled=False, mig_manager=None, **create_node_kwargs)`` -> node name; uniquely named simulated
 GPU nodes, deleted after the test.
 
-MIG Manager is played by the simulator (tests/testbed/agents/migmanager.py) unless asked otherwise: ``mig_manager=
-"nvidia"`` on a node (annotation gpusim.gpufleet.io/mig-manager) or on GpuAgents (or GPUFLEET_MIG_MANAGER=nvidia for
-the session's agents) runs NVIDIA's nvidia-mig-manager for it (tests/testbed/agents/nvidia_mig.py). The device
+MIG Manager is NVIDIA's nvidia-mig-manager (tests/testbed/agents/nvidia_mig.py) unless asked otherwise:
+``mig_manager="sim"`` on a node (annotation gpusim.gpufleet.io/mig-manager) or on GpuAgents (or GPUFLEET_MIG_MANAGER=sim
+for the session's agents) runs the simulator (tests/testbed/agents/migmanager.py) for it: the benchmarks, the
+simulator's own protocol tests (tests/integration/agents) and the upgrade tests' v25.3.4 start use it. The device
 plugin is NVIDIA's nvidia-device-plugin with a kubelet endpoint per node (tests/testbed/agents/nvidia_plugin.py) unless
 asked otherwise: ``device_plugin="sim"`` on a node (annotation gpusim.gpufleet.io/device-plugin; the default for a node
 created with a fault of SIM_PLUGIN_FAULTS) or on GpuAgents (GPUFLEET_DEVICE_PLUGIN=sim) keeps the agents' own
@@ -33,6 +34,7 @@ import pytest
 from tests.testbed import operator as real_operator
 from tests.testbed import oracle
 from tests.testbed.agents.agent import FAULT_ANNOTATION, FAULTS, STATE_ANNOTATION
+from tests.testbed.agents.migmanager import HOST_DRIVER_ANNOTATION
 from tests.testbed.agents.nvidia_mig import MODE_ANNOTATION as MIG_MANAGER_ANNOTATION
 from tests.testbed.agents.nvidia_plugin import MODE_ANNOTATION as DEVICE_PLUGIN_ANNOTATION
 from tests.testbed.agents.pod_processes import MODES
@@ -79,7 +81,7 @@ class GpuAgents:
     __test__ = False
 
     def __init__(self, testbed, hosts_dir, namespace=NAMESPACE, mig_manager=None, device_plugin=None):
-        self.mig_manager = check_mode("mig_manager", mig_manager or os.environ.get("GPUFLEET_MIG_MANAGER") or "sim")
+        self.mig_manager = check_mode("mig_manager", mig_manager or os.environ.get("GPUFLEET_MIG_MANAGER") or "nvidia")
         self.device_plugin = check_mode("device_plugin",
                                         device_plugin or os.environ.get("GPUFLEET_DEVICE_PLUGIN") or "nvidia")
         self.testbed = testbed
@@ -155,13 +157,14 @@ class GpuAgents:
         return self.hosts_dir / ("%s.state" % node)
 
     def add_gpu_node(self, name, model, count, labels=None, faults=None, sim_faults=None, mig_enabled=False,
-                     mig_manager=None, device_plugin=None, **node_kwargs):
+                     mig_manager=None, device_plugin=None, host_driver=False, **node_kwargs):
         """Create the simulated host state and the kwok Node `name`; returns the name.
 
         faults: agent faults (FAULTS) set as node annotation; sim_faults: simulated-NVML faults
         (hoststate.FAULTS, e.g. reset_unsupported) written into the host state; node_kwargs go to
         testbed.create_node (capacity, allocatable, taints); mig_manager, device_plugin: "nvidia" or "sim" for this
-        node only.
+        node only; host_driver: the driver is installed on the host (annotation HOST_DRIVER_ANNOTATION), which NVIDIA's
+        MIG Manager reads when its pod starts (WITH_SHUTDOWN_HOST_GPU_CLIENTS).
         """
         unknown = set(faults or ()) - set(FAULTS)
         if unknown:
@@ -171,6 +174,8 @@ class GpuAgents:
         annotations = {STATE_ANNOTATION: str(state)}
         if faults:
             annotations[FAULT_ANNOTATION] = ",".join(faults)
+        if host_driver:
+            annotations[HOST_DRIVER_ANNOTATION] = "true"
         if mig_manager is not None:
             annotations[MIG_MANAGER_ANNOTATION] = check_mode("mig_manager", mig_manager)
         if device_plugin is None and set(faults or ()) & set(SIM_PLUGIN_FAULTS):
@@ -204,6 +209,12 @@ class GpuAgents:
 
     def mig_manager_log(self, name):
         path = self.hosts_dir / ("%s.mig-manager.log" % name)
+        return path.read_text() if path.exists() else ""
+
+    def host_systemd_log(self, name):
+        """What NVIDIA's MIG Manager asked of the node's host systemd (tests/testbed/fakehost/systemd_dbus.py): a
+        line per unit job, such as `StopUnit kubelet.service: inactive`."""
+        path = self.hosts_dir / ("%s.nvidia-mig-manager" % name) / "systemd.log"
         return path.read_text() if path.exists() else ""
 
     def device_plugin_log(self, name):
@@ -249,8 +260,8 @@ class GpuAgents:
     def install_chart(self, values=None, timeout=180, release=None):
         """helm upgrade --install of NVIDIA's chart (no --wait: the operator Deployment needs a node).
 
-        release: which testbed build's chart (tests/testbed/operator.py RELEASES; default DEFAULT_RELEASE, the module's
-        v25.3.4). Values: TESTBED_CHART_VALUES (nfd off), then ``values``.
+        release: which testbed build's chart (tests/testbed/operator.py RELEASES; default DEFAULT_RELEASE).
+        Values: TESTBED_CHART_VALUES (nfd off), then ``values``.
         """
         args = ["upgrade", "--install", RELEASE, str(real_operator.chart_dir(release)), "--namespace", self.namespace,
                 "--create-namespace", "--timeout", "%ds" % timeout, "--values", "-"]

@@ -1,7 +1,7 @@
 """A host's systemd, as NVIDIA's MIG Manager reaches it: over the D-Bus system bus socket.
 
   python -m tests.testbed.fakehost.systemd_dbus --socket <host-root>/run/dbus/system_bus_socket --units units.json
-      [--on-change CMD]
+      [--on-change 'CMD ARG...']
 
 What the real one is: nvidia-mig-manager v0.15.0 (mig-parted `pkg/mig/reconfigure`, `internal/systemd`) connects to
 systemd through go-systemd's `dbus.NewSystemConnectionContext` on every reconfiguration, at
@@ -18,7 +18,8 @@ SASL EXTERNAL (any uid), NEGOTIATE_UNIX_FD, `org.freedesktop.DBus.Hello/AddMatch
 the `JobRemoved` signal (result `done`) to every connection that asked for signals.
 
 Units: the JSON file `--units` ({"kubelet.service": {"ActiveState": "active", "UnitFileState": "enabled", "Type":
-"notify"}, ...}), rewritten on every change, so a test can read what was stopped. A unit not in it is `not-found`.
+"notify"}, ...}), rewritten on every change, so a test can read what was stopped; each job is also a line on standard
+output (`StopUnit kubelet.service: inactive`). A unit not in it is `not-found`.
 `--on-change CMD`: after a unit starts or stops, `CMD <unit> <active|inactive>` runs (the agents use it to show a
 stopped kubelet.service as a NotReady node).
 """
@@ -26,6 +27,7 @@ stopped kubelet.service as a NotReady node).
 import argparse
 import json
 import os
+import shlex
 import socket
 import struct
 import subprocess
@@ -272,6 +274,8 @@ class Systemd:
             self.save(units)
             self.job += 1
             job = self.job
+        sys.stdout.write("%s %s: %s\n" % (verb, name, state))
+        sys.stdout.flush()
         if self.on_change:
             subprocess.run(self.on_change + [name, state], check=False)
         return job, "%s/job/%d" % (MANAGER_PATH, job)
@@ -472,13 +476,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, help="path of the bus socket (<host-root>/run/dbus/system_bus_socket)")
     parser.add_argument("--units", required=True, help="JSON unit table (created with kubelet.service if missing)")
-    parser.add_argument("--on-change", nargs="+", default=None, help="command run with <unit> <state> after a change")
+    parser.add_argument("--on-change", default=None,
+                        help="command (one shell-quoted string) run with <unit> <state> after a change")
     args = parser.parse_args(argv)
     units = Path(args.units)
     if not units.exists():
         units.write_text(json.dumps({"kubelet.service": {"ActiveState": "active", "UnitFileState": "enabled",
                                                          "Type": "notify"}}, indent=1))
-    server = Server(Path(args.socket).resolve(), Systemd(units.resolve(), args.on_change))
+    server = Server(Path(args.socket).resolve(),
+                    Systemd(units.resolve(), shlex.split(args.on_change) if args.on_change else None))
     sys.stdout.write("systemd D-Bus endpoint at %s\n" % args.socket)
     sys.stdout.flush()
     server.serve()
