@@ -129,8 +129,8 @@ class Bench:
         log("starting testbed cluster in %s" % self.workdir)
         self.cluster.up()
         self.testbed = Testbed(self.cluster.kubeconfig, default_bin_dir(), self.workdir, cluster=self.cluster)
-        # The agents' own allocatable: a process of NVIDIA's device plugin per node does not fit 1000 nodes here.
-        self.agents = GpuAgents(self.testbed, self.workdir / "hosts", device_plugin="sim")
+        # The simulators of MIG Manager and the device plugin: a process of NVIDIA's each per node does not fit 1000 nodes here.
+        self.agents = GpuAgents(self.testbed, self.workdir / "hosts", mig_manager="sim", device_plugin="sim")
         # MIG Manager's own 5 min wait for the operand pods to go (the tests' 20 s wedged a wave of 20 nodes at load 80).
         self.agents.start(["--apply-seconds", str(self.args.apply_seconds), "--pod-wait-seconds", "300"])
         self.agents.install_chart(VALUES)
