@@ -11,9 +11,11 @@ from tests.integration.reconfigure.test_rollout import (
     CONFIG,
     STATE,
     gpu_allocatable,
+    mounts_config_map,
     rollout_vars,
     rows_of,
     wait_advertised,
+    wait_mig_manager_pods_run,
 )
 from tests.testbed.pytest_cluster import unique_name
 
@@ -137,6 +139,9 @@ def test_mig_manager_never_started_times_out_naming_the_missing_configmap(
     gpu_cluster.patch_policy({"migManager": {"config": {"name": custom}}})
     try:
         node = add_gpu_node("rf-nocm", "H100-80GB-HBM3", 1)
+        # Its MIG Manager pod mounts the custom ConfigMap (else the rollout waits, before the drain this test holds,
+        # for the DaemonSet's rolling update to replace it).
+        wait_mig_manager_pods_run(testbed, [node], mounts_config_map(custom), "ConfigMap %s mounted" % custom)
         wait_advertised(testbed, node)
         deploy(testbed, testbed_namespace, "gpu-held", node, resources={"nvidia.com/gpu": "1"})
         pod = wait_running(testbed, node, 1, testbed_namespace)[0]

@@ -50,8 +50,9 @@ RECONCILE_THREADS = 8
 # Made real in the node's simulated hardware, for either MIG Manager (sync_hardware_faults): reset-unsupported (no GPU
 # reset), fail and fail-once (the driver refuses new GPU instances: always, or until MIG Manager has reported failed
 # once), gpu-held (a compute process outside Kubernetes holds GPU 0), and for NVIDIA's MIG Manager (mode nvidia)
-# wedge-pending and wedge-once (a MIG change in the driver never returns: every time, or once); the simulator keeps
-# its own wedge (a hang in this process could not be ended by restarting the pod).
+# wedge-pending and wedge-once (a MIG change in the driver never returns: every time, or once) and slow (a process's
+# first MIG change in the driver takes Timing.slow_seconds longer); the simulator keeps its own wedge (a hang in this
+# process could not be ended by restarting the pod) and slow.
 # cdi-generate-fails: at the OS boundary, for NVIDIA's MIG Manager (mode nvidia): the host's nvidia-ctk cannot generate
 # the CDI spec (tests/testbed/fakehost/bin/nvidia-ctk), so MIG Manager's CDI step fails after the MIG change.
 HOST_FAULTS = ("cdi-generate-fails",)
@@ -583,11 +584,15 @@ class Agents:
             wanted["reset_unsupported"] = None
         if "fail" in faults or ("fail-once" in faults and name not in self.fail_once_spent):
             wanted["gi_create_fails"] = None
+        values = {}
         if self.nvidia.node_mode(node) == "nvidia":
             if "wedge-pending" in faults:
                 wanted["mig_change_hangs"] = None
             elif "wedge-once" in faults:
                 wanted["mig_change_hangs"] = 1
+            if "slow" in faults:
+                wanted["mig_change_slow"] = None
+                values["mig_change_slow"] = int(self.timing.slow_seconds * 1000)
         held = "gpu-held" in faults
         if not wanted and not armed and not held and name not in self.held_nodes:
             return
@@ -598,8 +603,8 @@ class Agents:
             if times is not None:
                 if record is None:  # once: a spent record (value 0) stays, so it is not set again
                     hoststate.set_fault(path, None, fault, 1, times=times)
-            elif record is None or not record["value"] or record.get("times") is not None:
-                hoststate.set_fault(path, None, fault, 1)
+            elif record is None or record["value"] != values.get(fault, 1) or record.get("times") is not None:
+                hoststate.set_fault(path, None, fault, values.get(fault, 1))
         for fault in set(armed) - set(wanted):
             hoststate.set_fault(path, None, fault, 0)
         self.hardware_faults[name] = wanted

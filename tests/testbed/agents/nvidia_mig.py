@@ -42,7 +42,6 @@ from tests.testbed.operator import flatten_kubeconfig
 MODE_ANNOTATION = "gpusim.gpufleet.io/mig-manager"
 CONTAINER = "nvidia-mig-manager"
 CONFIG_LABEL = "nvidia.com/mig.config"
-STATE_LABEL = "nvidia.com/mig.config.state"
 REBOOT_REQUEST = "reboot-requested"
 TOKEN_SECONDS = 24 * 3600
 __all__ = ["MODES", "MODE_ANNOTATION", "NvidiaMigManagers"]
@@ -59,7 +58,7 @@ class NvidiaMigManagers(PodProcesses):
     def __init__(self, agents, kubeconfig):
         super().__init__(agents)
         self.kubeconfig = Path(kubeconfig).resolve()
-        self.configs_seen = {}  # node -> (mig.config, mig.config.state) last seen (faults slow-start, slow)
+        self.configs_seen = {}  # node -> its nvidia.com/mig.config value last seen (fault slow-start)
 
     def work_dir(self, name):
         return self.agents.hosts_dir / ("%s.nvidia-mig-manager" % name)
@@ -73,22 +72,14 @@ class NvidiaMigManagers(PodProcesses):
             path.write_text(text)
 
     def observe_config(self, name, node, faults):
-        """Fault slow-start: a change of the node's config label pauses its process for Timing.slow_seconds (it has
-        not yet said pending). Fault slow: its state label turning pending does (the change is under way and takes
-        that much longer, as on a loaded host)."""
-        labels = node["metadata"].get("labels") or {}
-        value, state = labels.get(CONFIG_LABEL), labels.get(STATE_LABEL)
-        seen = self.configs_seen.get(name)
-        self.configs_seen[name] = (value, state)
+        """Fault slow-start: a change of the node's config label pauses its process for Timing.slow_seconds."""
+        value = (node["metadata"].get("labels") or {}).get(CONFIG_LABEL)
+        changed = name in self.configs_seen and self.configs_seen[name] != value
+        self.configs_seen[name] = value
         process = self.entry(name).process
-        if seen is None or process is None:
-            return
-        if seen[0] != value and "slow-start" in faults:
+        if changed and "slow-start" in faults and process is not None:
             LOG.info("[%s] slow-start: nvidia-mig-manager paused %ss after %s=%s", name,
                      self.agents.timing.slow_seconds, CONFIG_LABEL, value)
-            process.pause(self.agents.timing.slow_seconds)
-        elif seen[1] != state and state == "pending" and "slow" in faults:
-            LOG.info("[%s] slow: nvidia-mig-manager paused %ss once pending", name, self.agents.timing.slow_seconds)
             process.pause(self.agents.timing.slow_seconds)
 
     # -- the host's reboot (WITH_REBOOT) -------------------------------------------------------

@@ -39,6 +39,7 @@ FAULTS = (
     "wrong_instance_counts",  # NVML misreports profile instance counts (as on A30); creation keeps the true limits
     "gi_create_fails",  # the driver refuses new GPU instances: nvmlDeviceCreateGpuInstance* -> NVML_ERROR_UNKNOWN
     "mig_change_hangs",  # the driver stops answering: nvmlDeviceSetMigMode and GPU-instance creation never return
+    "mig_change_slow",  # value ms: a process's first MIG change (mode or GPU instance) takes that much longer
 )
 
 DEFAULT_DRIVER = "580.159.04"  # the H200 reading's driver (ref h200-nvml-reading.json)

@@ -39,8 +39,8 @@ def testbed(tmp_path_factory):
 @pytest.fixture(scope="package")
 def gpu_agents(testbed, tmp_path_factory):
     agents = GpuAgents(testbed, tmp_path_factory.mktemp("reliability-gpu-hosts"))
-    # The "slow" fault stops a node's MIG Manager for 30 s once it has said pending (the outages of these tests fit
-    # inside it: MIG Manager gives up a reconfiguration whose own API call fails); MIG Manager's
+    # The "slow" fault holds a node's MIG Manager 30 s in its hardware step, the driver's first MIG change (the
+    # outages of these tests fit inside it: MIG Manager gives up a reconfiguration whose own API call fails); its
     # wait for operand pods is longer than the default test timing, as after an API server restart
     # kube-controller-manager is started again and takes a while to delete the paused DaemonSets' pods.
     agents.start(extra_args=("--pod-wait-seconds", "240", "--slow-seconds", "30"))

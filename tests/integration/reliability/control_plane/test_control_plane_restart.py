@@ -56,12 +56,12 @@ def assert_only_gpu_pods_gone(testbed, namespace, before):
 
 
 def wait_pending(testbed, node, agents, timeout=240):
-    """Until ``node`` is pending and MIG Manager is held there (the "slow" fault stops NVIDIA's process for 30 s once
-    it has said pending): the outage then falls where MIG Manager makes no API call of its own."""
+    """Until ``node`` is pending and MIG Manager is in its hardware step (the "slow" fault holds the driver's first MIG
+    change there 30 s): the outage then falls where MIG Manager makes no API call of its own."""
     testbed.wait_for(lambda: node_view(testbed, node)["labels"].get(STATE) == "pending", timeout,
                      "node %s to be pending" % node)
-    testbed.wait_for(lambda: "[%s] slow: nvidia-mig-manager paused" % node in agents.log_file.read_text(),
-                     timeout, "MIG Manager of %s held in pending" % node)
+    testbed.wait_for(lambda: "Applying the MIG mode change from the selected config" in agents.mig_manager_log(node),
+                     timeout, "MIG Manager of %s in its hardware step" % node)
 
 
 def lease(testbed, name):

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -508,6 +509,29 @@ static void hang_if_faulted(int gpu) {
     for (;;) pause();
 }
 
+/* Fault mig_change_slow (value: milliseconds): the first MIG change a process makes (nvmlDeviceSetMigMode,
+ * GPU-instance creation) takes that much longer, as on a loaded host; once per process, as one mig-parted apply makes
+ * many. The state's lock is given back meanwhile and the state read again after; on failure to lock again the call
+ * fails with NVML_ERROR_UNKNOWN and the lock is not held. */
+static int slowed_once = 0;
+static nvmlReturn_t slow_if_faulted(int gpu) {
+    long ms = 0;
+    for (int i = 0; i < S.nfault && !slowed_once; i++) {
+        fault_t *f = &S.fault[i];
+        if (f->value > 0 && (f->gpu == -1 || f->gpu == gpu) && !strcmp(f->name, "mig_change_slow")) ms = f->value;
+    }
+    if (ms <= 0) return NVML_SUCCESS;
+    slowed_once = 1;
+    loaded = 0;
+    unlock_state();
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    if (lock_state(LOCK_EX) != 0) return NVML_ERROR_UNKNOWN;
+    nvmlReturn_t rc = read_state(1);
+    if (rc != NVML_SUCCESS) { unlock_state(); return rc; }
+    return NVML_SUCCESS;
+}
+
 /* ---- lookups ---- */
 static gip_t *gip_by_index(gpu_t *g, int index) {
     for (int i = 0; i < g->ngip; i++) if (g->gip[i].index == index) return &g->gip[i];
@@ -899,6 +923,7 @@ EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t d, unsigned int mode, nvml
     TRY(begin_mutation());
     gpu_t *g;
     nvmlReturn_t rc = resolve_gpu_only(d, &g);
+    if (rc == NVML_SUCCESS && (rc = slow_if_faulted(g->index)) != NVML_SUCCESS) return rc;
     if (rc == NVML_SUCCESS) hang_if_faulted(g->index);
     if (rc == NVML_SUCCESS && (!activationStatus || mode > 1)) rc = NVML_ERROR_INVALID_ARGUMENT;
     if (rc == NVML_SUCCESS && !g->mig_capable) rc = NVML_ERROR_NOT_SUPPORTED;
@@ -1060,6 +1085,7 @@ static nvmlReturn_t create_gi(nvmlDevice_t d, unsigned int profileId, const nvml
     TRY(begin_mutation());
     gpu_t *g; gip_t *p = NULL;
     nvmlReturn_t rc = resolve_gpu_only(d, &g);
+    if (rc == NVML_SUCCESS && (rc = slow_if_faulted(g->index)) != NVML_SUCCESS) return rc;
     if (rc == NVML_SUCCESS && !out) rc = NVML_ERROR_INVALID_ARGUMENT;
     if (rc == NVML_SUCCESS && (!g->mig_capable || !g->mig_current)) rc = NVML_ERROR_NOT_SUPPORTED;
     if (rc == NVML_SUCCESS && fault_on(g->index, "no_permission")) rc = NVML_ERROR_NO_PERMISSION;
