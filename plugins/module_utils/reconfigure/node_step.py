@@ -243,6 +243,12 @@ def not_ready_text(node):
     return "node %s is NotReady (%s)" % ((node.get("metadata") or {}).get("name"), detail)
 
 
+def mig_manager_pods(ops, node_name):
+    """MIG Manager's pods on ``node_name`` that are not being deleted."""
+    return [p for p in ops.list_pods_on_node(node_name, label_selector=MIG_MANAGER_SELECTOR).get("items") or []
+            if not (p.get("metadata") or {}).get("deletionTimestamp")]
+
+
 def mig_manager_not_running(ops, node_name, namespace, policy=None):
     """Why MIG Manager is not running on ``node_name``, or None when its pod runs there.
 
@@ -257,8 +263,7 @@ def mig_manager_not_running(ops, node_name, namespace, policy=None):
         return ("MIG Manager is not running on node %s: ClusterPolicy spec.migManager.config.name names ConfigMap "
                 "%s/%s, which does not exist, so its pod cannot mount its config and never starts (create the "
                 "ConfigMap or fix the name)" % (node_name, namespace, custom))
-    pods = [p for p in ops.list_pods_on_node(node_name, label_selector=MIG_MANAGER_SELECTOR).get("items") or []
-            if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    pods = mig_manager_pods(ops, node_name)
     if not pods:
         return "MIG Manager is not running on node %s: no nvidia-mig-manager pod there (%s=%s)" % (
             node_name, deploy_label("mig-manager"), labels_of(ops.get_node(node_name)).get(deploy_label("mig-manager")))
@@ -312,9 +317,7 @@ def mig_manager_rollout_pending(ops, node_name):
     """Why MIG Manager on ``node_name`` is not yet its DaemonSet's current template (mig_manager_outdated), or None.
     None too when there is no such pod (mig_manager_not_running says why later) or when the account may not read
     DaemonSets and ControllerRevisions in the operator namespace (rbac/mig-reconfigure.yaml grants it)."""
-    pods = [p for p in ops.list_pods_on_node(node_name, label_selector=MIG_MANAGER_SELECTOR).get("items") or []
-            if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    owners = [(p, ref["name"]) for p in pods for ref in (p.get("metadata") or {}).get("ownerReferences") or []
+    owners = [(p, ref["name"]) for p in mig_manager_pods(ops, node_name) for ref in (p.get("metadata") or {}).get("ownerReferences") or []
               if ref.get("kind") == "DaemonSet"]
     if not owners:
         return None
@@ -483,8 +486,7 @@ def unwedge(ops, node_name, target, check_mode=False):
     restarted_pods}."""
     node = ops.get_node(node_name)
     restored = paused_deploy_labels(node)
-    managers = [p for p in ops.list_pods_on_node(node_name, label_selector=MIG_MANAGER_SELECTOR).get("items", [])
-                if not p["metadata"].get("deletionTimestamp")]
+    managers = mig_manager_pods(ops, node_name)
     restarted = ["%s/%s" % (p["metadata"]["namespace"], p["metadata"]["name"]) for p in managers]
     if check_mode:
         return {"restored_labels": restored, "retriggered": target, "restarted_pods": restarted}

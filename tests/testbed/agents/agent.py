@@ -537,7 +537,7 @@ class Agents:
         if not self.kubelet_stopped(node) or "kubelet-not-ready" in self.faults(node) or name in self.nodes_down:
             return
         if self.nvidia.node_mode(node) == "nvidia":
-            if self.nvidia.kubelet_active(name) and not any(self.nvidia.kubelet_dir(name).glob("kubelet-*active")):
+            if self.nvidia.kubelet_active(name) and not self.nvidia.kubelet_request_waiting(name):
                 self.start_kubelet(name)
             return
         manager = self.managers.get(name)

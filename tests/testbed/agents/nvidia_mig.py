@@ -93,8 +93,11 @@ class NvidiaMigManagers(PodProcesses):
     def kubelet_dir(self, name):
         return self.work_dir(name) / "kubelet"
 
+    def kubelet_request_waiting(self, name):
+        return any(self.kubelet_dir(name).glob("kubelet-*active"))
+
     def kubelet_requests(self):
-        return {name for name in list(self.nodes) if any(self.kubelet_dir(name).glob("kubelet-*active"))}
+        return {name for name in list(self.nodes) if self.kubelet_request_waiting(name)}
 
     def take_kubelet_request(self, name):
         """The oldest kubelet.service change the node's fake systemd made ('inactive' or 'active'), taken (the hook
