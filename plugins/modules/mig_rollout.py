@@ -682,7 +682,9 @@ rows:
       type: list
       elements: str
     rebooted:
-      description: Whether MIG Manager went through C(rebooting).
+      description:
+        - Whether the node rebooted during the MIG change (MIG Manager went through C(rebooting), or the node's
+          C(status.nodeInfo.bootID) changed).
       returned: when the MIG step ran
       type: bool
     timings:

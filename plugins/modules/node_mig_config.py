@@ -226,7 +226,9 @@ final_state:
   returned: for apply, unwedge and rollback
   type: str
 rebooted:
-  description: Whether MIG Manager went through C(rebooting).
+  description:
+    - Whether the node rebooted during the MIG change (MIG Manager went through C(rebooting), or the node's
+      C(status.nodeInfo.bootID) changed).
   returned: for apply, unwedge and rollback
   type: bool
 mismatches:

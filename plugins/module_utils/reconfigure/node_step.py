@@ -170,12 +170,19 @@ def set_config_label(ops, node, target, check_mode=False):
     return patch, None
 
 
+def boot_id(node):
+    """kubelet's ``status.nodeInfo.bootID``: it changes with every boot of the host."""
+    return (((node or {}).get("status") or {}).get("nodeInfo") or {}).get("bootID") or None
+
+
 def follow_state(ops, node_name, target, deadline, node=None, on_state=None):
-    """Watch the node until MIG Manager reports ``success`` (and, after ``rebooting``, the node is back and
+    """Watch the node until MIG Manager reports ``success`` (and, after a reboot, the node is back and
     Ready) or ``failed``. Returns {final, states, rebooted, not_ready_seen, node}; final is
     success|failed|timeout|changed|deleted. A node NotReady while MIG Manager works is expected (a reboot, or
     kubelet stopped for a mode change with a host-installed driver: WITH_SHUTDOWN_HOST_GPU_CLIENTS in
     NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go) and only recorded.
+    A reboot is known from ``rebooting`` or from a new ``status.nodeInfo.bootID`` (kubelet's, after a boot): a
+    watch that re-lists after an error sees only the latest state and may miss ``rebooting``.
     ``on_state(state)`` is called for each new state seen (progress reporting)."""
     try:
         node = node or ops.get_node(node_name)
@@ -185,6 +192,7 @@ def follow_state(ops, node_name, target, deadline, node=None, on_state=None):
         return {"final": "deleted", "states": [], "rebooted": False, "not_ready_seen": False, "node": None}
     seen = []
     flags = {"rebooted": False, "final": None, "not_ready_seen": False}
+    first_boot = boot_id(node)
 
     def done(event_type, obj):
         if event_type == "DELETED":
@@ -192,6 +200,8 @@ def follow_state(ops, node_name, target, deadline, node=None, on_state=None):
             return True
         if not node_ready(obj):
             flags["not_ready_seen"] = True
+        if first_boot and boot_id(obj) and boot_id(obj) != first_boot:
+            flags["rebooted"] = True
         labels = labels_of(obj)
         state = labels.get(LABEL_MIG_STATE)
         if state and (not seen or seen[-1] != state):
@@ -303,6 +313,14 @@ def mig_manager_outdated(pod, daemonset, revisions):
     while its old pod still runs is reconfigured with the old settings, or loses its pod mid-change."""
     if daemonset_rolled_out(daemonset):
         return None
+    meta, status = daemonset.get("metadata") or {}, daemonset.get("status") or {}
+    if int(status.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
+        # The controller writes the new template's ControllerRevision in the same sync that records the generation
+        # as observed: until then the newest revision is the old template's, and an old pod would look current.
+        return ("DaemonSet %s has a new template (generation %s) its controller has not yet acted on (observed %s): "
+                "MIG Manager pod %s may be replaced (kubectl -n %s rollout status daemonset/%s)" % (
+                    meta.get("name"), meta.get("generation"), status.get("observedGeneration") or 0, pod_ref(pod),
+                    meta.get("namespace"), meta.get("name")))
     current = current_revision_hash(daemonset, revisions)
     running = ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_HASH_LABEL)
     if current is None or running == current:

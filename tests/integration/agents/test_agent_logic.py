@@ -57,7 +57,7 @@ def test_profile_names_match_what_nvml_reports(model):
 
 def test_generated_config_h200_matches_reference_formula():
     config = migconfig.generate([make_gpu("H200", i) for i in range(4)])["mig-configs"]
-    assert config["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
+    assert config["all-disabled"] == [{"devices": "all", "mig-enabled": False, "mig-devices": {}}]
     assert config["all-enabled"] == [{"devices": "all", "mig-enabled": True, "mig-devices": {}}]
     assert config["all-balanced"] == [{"devices": "all", "mig-enabled": True,
                                        "mig-devices": {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}}]
@@ -132,10 +132,21 @@ def test_wanted_devices_rejects_profile_of_another_model():
     assert [(p.name, c) for p, c in wanted] == [("3g.20gb", 1), ("1g.5gb", 1), ("1g.5gb", 1)]
 
 
-def test_distinct_permutations_of_a_multiset():
-    perms = list(hardware.distinct_permutations(["a", "a", "b", "c"]))
+def test_mig_parted_permutations_of_a_multiset():
+    perms = list(hardware.mig_parted_permutations(["a", "a", "b", "c"]))
     assert len(perms) == 12 and len({tuple(p) for p in perms}) == 12
-    assert perms[0] == ["a", "a", "b", "c"]
+    # mig-parted's swap walk: position 0 keeps a, then takes b, then c (each swapped in from where it is)
+    assert perms[:3] == [["a", "a", "b", "c"], ["a", "a", "c", "b"], ["a", "b", "a", "c"]]
+    assert [p[0] for p in perms].index("b") == 6 and perms[6] == ["b", "a", "a", "c"]
+
+
+def test_creation_order_is_mig_parteds_largest_first():
+    gpu = make_gpu("H100-80GB-HBM3")
+    wanted = migconfig.wanted_devices(gpu, {"1g.10gb": 2, "1g.10gb+me": 1, "2g.20gb": 1, "1c.3g.40gb": 1,
+                                            "3g.40gb": 1})
+    order = [(p.name, c) for p, c in hardware.creation_order(wanted)]
+    assert order == [("3g.40gb", 3), ("3g.40gb", 1), ("2g.20gb", 2), ("1g.10gb+me", 1), ("1g.10gb", 1),
+                     ("1g.10gb", 1)]
 
 
 def test_gfd_and_plugin_none_strategy():

@@ -347,12 +347,14 @@ def test_mixed_all_balanced_full_sequence(gpu_cluster, add_gpu_node):
     assert gpu_instances(gpu_cluster, name, 0) == ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
     assert mig_modes(gpu_cluster, name) == [(1, 1), (1, 1)]
 
+    # NVIDIA's device plugin serves (and registers) each MIG resource on its own under the mixed strategy
+    wanted = {"nvidia.com/mig-1g.18gb": "4", "nvidia.com/mig-2g.35gb": "2", "nvidia.com/mig-3g.71gb": "2",
+              "nvidia.com/gpu": "0"}  # no full GPU left: kubelet keeps the resource at 0
+
     def advertised():
         alloc = gpu_cluster.allocatable(name)
-        return alloc if alloc.get("nvidia.com/mig-1g.18gb") == "4" else None
-    alloc = gpu_cluster.testbed.wait_for(advertised, 30, "MIG resources advertised")
-    assert alloc["nvidia.com/mig-2g.35gb"] == "2" and alloc["nvidia.com/mig-3g.71gb"] == "2"
-    assert alloc["nvidia.com/gpu"] == "0"  # no full GPU left: kubelet keeps the resource at 0
+        return alloc if all(alloc.get(k) == v for k, v in wanted.items()) else None
+    gpu_cluster.testbed.wait_for(advertised, 30, "MIG resources advertised: %s" % wanted)
     gpu_cluster.testbed.wait_for(lambda: gpu_cluster.operand_pods(name) == OPERANDS, 60, "operands back")
     assert pod_uids(gpu_cluster.testbed, name, "nvidia-operator-validator").isdisjoint(validator)
 

@@ -34,6 +34,7 @@ GPU's product label the same way for every model: GFD makes it from the NVML nam
 the catalog's key (H100-PCIe).
 """
 
+import concurrent.futures
 import re
 from dataclasses import dataclass, field
 
@@ -41,7 +42,8 @@ import pytest
 
 from tests.integration.agents.test_agent_logic import nvidia_static_configs
 from tests.integration.nvidia_mig_manager.conftest import MIG_STRATEGY, host_environment, set_strategy
-from tests.integration.nvidia_mig_manager.test_label import gpu_instances, mig_modes
+from tests.integration.agents.test_protocol import PAUSED, node_history
+from tests.integration.nvidia_mig_manager.test_label import gpu_instances, ignore_404, mig_modes
 from tests.integration.reconfigure.conftest import PLAYBOOK, Runner, apply_automation_rbac, node_view
 from tests.integration.reconfigure.test_rollout import CONFIG, STATE, gpu_allocatable, rollout_vars, rows_of, \
     wait_advertised
@@ -70,6 +72,7 @@ CATALOG = hoststate.catalog()["models"]
 LISTED = {model: listed_configs(CONFIGS, entry["pci_device_id"])
           for model, entry in sorted(CATALOG.items()) if entry["mig_capable"]}
 MODELS = [model for model, configs in LISTED.items() if configs]
+MIG_MODELS = sorted(LISTED)
 STRATEGIES = ("single", "mixed")
 
 
@@ -143,6 +146,115 @@ def rounds(configs, current):
     ordered = {model: sorted(names, key=lambda c: c == current[model]) for model, names in configs.items()}
     count = max((len(names) for names in ordered.values()), default=0)
     return [{model: names[i] for model, names in ordered.items() if i < len(names)} for i in range(count)]
+
+
+# -- the simulator's MIG Manager against NVIDIA's -----------------------------------------------------------------------
+# The 1000-node benchmark runs the testbed's simulated MIG Manager (tests/testbed/agents/migmanager.py): a process of
+# NVIDIA's per node does not fit 1000 nodes on one machine. These cases show it stands in for NVIDIA's: per model, a
+# node under NVIDIA's nvidia-mig-manager and a node under the simulator, each one GPU, both generate their config from
+# the hardware (ClusterPolicy migManager.config.name empty, as v26.7.0 ships) and are taken through every config of
+# NVIDIA's generated one, the same label on both at once. Compared: the generated config, the sequence of
+# nvidia.com/mig.config.state values, the gpu.deploy.* labels paused meanwhile and left after, and the simulated
+# hardware (MIG mode, GPU and compute instances with their placements).
+
+DEPLOY = "nvidia.com/gpu.deploy."
+EQUIVALENCE_BATCH = 9  # models at once: two nodes each, with NVIDIA's device plugin and GFD on both
+
+
+def state_and_paused(obj):
+    labels = obj.metadata.labels or {}
+    return labels.get(STATE), tuple(sorted(k for k, v in labels.items() if k.startswith(DEPLOY) and v == PAUSED))
+
+
+def hardware(agents, name):
+    """MIG mode, then per GPU instance its profile, placement and compute instances (profile name, placement)."""
+    gpu = hoststate.summary(agents.state_path(name))["gpus"][0]
+    return {"mig_mode": gpu["mig_mode"],
+            "gpu_instances": sorted((gi["profile"], gi["placement"]["start"], gi["placement"]["size"],
+                                     tuple(sorted((ci["name"], ci["placement"]["start"], ci["placement"]["size"])
+                                                  for ci in gi["compute_instances"])))
+                                    for gi in gpu["gpu_instances"])}
+
+
+def since_label(seen):
+    """The entries of ``seen`` from the label change on, or None while that is not known: the watch's first event may
+    show the state of the previous config (a terminal state, then cleared by the change); one that began after the
+    change shows no such state."""
+    cleared = next((i for i, (state, _paused) in enumerate(seen) if state is None), None)
+    if cleared is not None:
+        return seen[cleared + 1:]
+    return list(seen) if seen and seen[0][0] not in ("success", "failed") else None
+
+
+def apply_config(agents, name, config, timeout=240):
+    """Point the node's MIG Manager at ``config``; what it went through and left: {states (distinct, from the label
+    change on), paused (gpu.deploy.* labels paused meanwhile), deploy (those labels after), hardware}."""
+    with node_history(agents.testbed, name, state_and_paused) as seen:
+        agents.testbed.core.patch_node(name, {"metadata": {"labels": {CONFIG: config, STATE: None}}})
+
+        def ended():  # as the watch recorded it, not as a read of the node: the history must hold the last state
+            since = since_label(seen)
+            return since if since and since[-1][0] in ("success", "failed") else None
+        since = agents.testbed.wait_for(ended, timeout, "%s=success or failed on %s (%s), as the watch saw it" % (
+            STATE, name, config), interval=0.5)
+    states = []
+    for state, _paused in since:
+        if state is not None and (not states or states[-1] != state):
+            states.append(state)
+    labels = agents.labels(name)
+    return {"states": states, "paused": sorted({k for _s, paused in since for k in paused}),
+            "deploy": {k: v for k, v in labels.items() if k.startswith(DEPLOY)}, "hardware": hardware(agents, name)}
+
+
+def generated_config(agents, name):
+    """The config the node's MIG Manager generated from its hardware and published as ConfigMap <node>-mig-config."""
+    import yaml
+
+    bed = agents.testbed
+    cm = bed.wait_for(lambda: ignore_404(bed.core.read_namespaced_config_map, "%s-mig-config" % name,
+                                         agents.namespace), 60, "ConfigMap %s-mig-config" % name)
+    return yaml.safe_load(cm.data["config.yaml"])["mig-configs"]
+
+
+def compare_model(agents, model):
+    """Both nodes of ``model`` through every config NVIDIA's MIG Manager generated; the differences found."""
+    nodes = {"nvidia": agents.add_gpu_node(unique_name("eqn-" + model), model, 1, mig_manager="nvidia"),
+             "sim": agents.add_gpu_node(unique_name("eqs-" + model), model, 1, mig_manager="sim")}
+    try:
+        for name in nodes.values():
+            agents.wait_labels(name, {CONFIG: DISABLED, STATE: "success"}, timeout=300)
+        configs = {kind: generated_config(agents, name) for kind, name in nodes.items()}
+        differences = []
+        if configs["sim"] != configs["nvidia"]:
+            differences.append("generated config: simulator %s, NVIDIA %s" % (configs["sim"], configs["nvidia"]))
+        order = sorted(configs["nvidia"], key=lambda c: (c == DISABLED, c))  # back to all-disabled last
+        for config in order:
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                seen = dict(zip(nodes, pool.map(lambda n: apply_config(agents, n, config), nodes.values())))
+            if seen["sim"] != seen["nvidia"]:
+                differences.append("%s: simulator %s, NVIDIA %s" % (config, seen["sim"], seen["nvidia"]))
+        return {"configs": order, "differences": differences}
+    finally:
+        for name in nodes.values():
+            agents.remove_gpu_node(name)
+
+
+@pytest.fixture(scope="module")
+def equivalence(nvidia_cluster):
+    """model -> {configs, differences}; the nodes are gone before the matrix makes its own."""
+    found = {}
+    for start in range(0, len(MIG_MODELS), EQUIVALENCE_BATCH):
+        batch = MIG_MODELS[start:start + EQUIVALENCE_BATCH]
+        with concurrent.futures.ThreadPoolExecutor(len(batch)) as pool:
+            found.update(zip(batch, pool.map(lambda m: compare_model(nvidia_cluster, m), batch)))
+    return found
+
+
+@pytest.mark.parametrize("model", MIG_MODELS)
+def test_the_simulated_mig_manager_does_what_nvidias_does_for_every_generated_config(equivalence, model):
+    seen = equivalence[model]
+    assert DISABLED in seen["configs"] and len(seen["configs"]) > 2, seen
+    assert seen["differences"] == [], "\n".join(seen["differences"])
 
 
 @pytest.fixture(scope="module")

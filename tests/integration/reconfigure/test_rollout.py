@@ -526,7 +526,9 @@ def test_with_reboot_path(testbed, gpu_cluster, add_gpu_node, runner, gpu_worklo
         result = runner.playbook(PLAYBOOK, [node], dict(rollout_vars(unique_name("lock")), profile="all-3g.20gb"))
         assert result.rc == 0, result.explain()
         row = rows_of(result)[node]
-        assert row["rebooted"] is True and "rebooting" in row["states"] and row["states"][-1] == "success"
+        assert row["rebooted"] is True and row["states"][-1] == "success", (row, gpu_cluster.mig_manager_log(node))
+        assert any(e.reason == "Rebooted" for e in testbed.core.list_namespaced_event(
+            "default", field_selector="involvedObject.name=%s" % node).items), row
         view = node_view(testbed, node)
         assert gpu_allocatable(view) == {"nvidia.com/mig-3g.20gb": "2"}
         assert view["unschedulable"] is False

@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import math
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -285,8 +286,10 @@ def _create_in_order(handle, order):
 def apply_mig_devices(state_file, gpu_index, wanted):
     """Create the wanted MIG devices on one MIG-enabled GPU as mig-parted does (reference §4.4).
 
-    `wanted` is a list of (GiProfile, ci_slices), one per device. Each distinct permutation is tried
-    after clearing the GPU, until one creates every instance; on total failure the GPU is cleared.
+    `wanted` is a list of (GiProfile, ci_slices), one per device. Starting from mig-parted's order (creation_order),
+    each distinct permutation is tried as mig-parted walks them (mig_parted_permutations) after clearing the GPU,
+    until one creates every instance; on total failure the GPU is cleared. The driver picks each placement, so the
+    order decides where the instances land.
     """
     with nvml_session(state_file):
         handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
@@ -294,7 +297,7 @@ def apply_mig_devices(state_file, gpu_index, wanted):
         if not wanted:
             return
         last_error = None
-        for order in distinct_permutations(wanted):
+        for order in mig_parted_permutations(creation_order(wanted)):
             try:
                 _create_in_order(handle, order)
                 return
@@ -306,24 +309,30 @@ def apply_mig_devices(state_file, gpu_index, wanted):
             nvml_error(last_error)))
 
 
-def distinct_permutations(items):
-    """Each distinct ordering of a multiset once, lazily, first-appearance order first."""
-    keys = []
-    for item in items:
-        if item not in keys:
-            keys.append(item)
-    counts = [items.count(k) for k in keys]
-    prefix = []
+def creation_order(wanted):
+    """mig-parted's first creation order (NVIDIA/mig-parted v0.15.0 pkg/types MigConfig.Flatten): more GPU slices
+    first, then more compute slices, then attributes (+me, +gfx) in descending string order. Profiles equal in all
+    three keep their order here; in mig-parted they follow Go's map order, which varies from run to run."""
+    def key(item):
+        profile, ci_slices = item
+        attributes = ",".join(re.findall(r"[+-](\w+)", profile.name))
+        return profile.slices, ci_slices, attributes
+    return sorted(wanted, key=key, reverse=True)
 
-    def walk():
-        if len(prefix) == len(items):
-            yield list(prefix)
+
+def mig_parted_permutations(items):
+    """Every distinct ordering of ``items`` in the order mig-parted tries them (pkg/mig/config iteratePermutations-
+    UntilSuccess): position i takes, in turn, each later item unlike those it already tried there (a swap, kept for the
+    positions after it, undone after them)."""
+    items = list(items)
+
+    def walk(i):
+        if i >= len(items):
+            yield list(items)
             return
-        for i, key in enumerate(keys):
-            if counts[i]:
-                counts[i] -= 1
-                prefix.append(key)
-                yield from walk()
-                prefix.pop()
-                counts[i] += 1
-    return walk()
+        for j in range(i, len(items)):
+            if items[j] not in items[i:j]:
+                items[i], items[j] = items[j], items[i]
+                yield from walk(i + 1)
+                items[i], items[j] = items[j], items[i]
+    return walk(0)

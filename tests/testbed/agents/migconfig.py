@@ -174,7 +174,7 @@ def generate(gpus):
         return e
 
     configs = {
-        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-disabled": [{"devices": "all", "mig-enabled": False, "mig-devices": {}}],
         "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
     }
     balanced = [entry(d, b) for d, b in ((d, _balanced(g)) for d, g in types.items()) if b]

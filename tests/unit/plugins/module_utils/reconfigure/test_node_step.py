@@ -135,7 +135,12 @@ class FakeMigManager(object):
             return initial
         while self.pending:
             event = self.pending.pop(0)
-            if isinstance(event, dict):
+            if isinstance(event, tuple):  # (field, value) of status.nodeInfo, or the Ready condition
+                if event[0] == "Ready":
+                    self.node["status"]["conditions"] = [{"type": "Ready", "status": event[1]}]
+                else:
+                    self.node["status"].setdefault("nodeInfo", {})[event[0]] = event[1]
+            elif isinstance(event, dict):
                 self.node["status"]["allocatable"] = event
             else:
                 self.node["metadata"]["labels"][STATE] = event
@@ -178,6 +183,20 @@ def test_success_that_never_advertises_the_plan_is_not_verified():
     assert step["mismatches"] == ["allocatable nvidia.com/gpu is 1, plan says 0",
                                   "allocatable nvidia.com/mig-1g.10gb is 0, plan says 7"]
     assert node_step.TARGET_CONFIG_ANNOTATION in ops.node["metadata"]["annotations"]
+
+
+def test_a_reboot_whose_rebooting_state_the_watch_missed_is_known_from_the_new_boot_id():
+    # A watch that re-lists after an error sees only the latest state: here `rebooting` never shows, but kubelet's
+    # bootID changes, and success on a node not yet Ready again is not the end.
+    ops = FakeMigManager(scripts=[["pending", ("bootID", "boot-2"), ("Ready", "False"), "success", ("Ready", "True"),
+                                   {"nvidia.com/mig-1g.10gb": "7"}]])
+    ops.node["status"]["nodeInfo"] = {"bootID": "boot-1"}
+    step = node_step.run_step(ops, "n1", "all-1g.10gb", PLANNED, 5, 5)
+    assert step["rebooted"] is True and step["states"] == ["pending", "success"] and step["verified"]
+    assert step["not_ready_seen"] is True
+    plain = FakeMigManager(scripts=[SUCCESS])
+    plain.node["status"]["nodeInfo"] = {"bootID": "boot-1"}
+    assert node_step.run_step(plain, "n1", "all-1g.10gb", PLANNED, 5, 5)["rebooted"] is False
 
 
 def test_timeout_then_unwedge_once_finishes():
@@ -398,9 +417,19 @@ def test_an_old_mig_manager_pod_during_a_daemonset_rollout_is_named_with_both_re
 def test_a_rolled_out_daemonset_or_one_without_history_never_holds_a_node():
     old_pod = _mig_manager_pod("aaa")
     assert node_step.mig_manager_outdated(old_pod, _daemonset(updated=4), [_revision(2, "bbb")]) is None
-    # The controller has not yet seen the new generation: not rolled out, whatever the counts say.
-    assert node_step.mig_manager_outdated(old_pod, _daemonset(generation=4, updated=4), [_revision(2, "bbb")])
     assert node_step.mig_manager_outdated(old_pod, _daemonset(), []) is None
+
+
+def test_a_new_template_the_controller_has_not_acted_on_holds_the_node_though_the_pod_matches_the_newest_revision():
+    # Until the DaemonSet controller syncs, its newest ControllerRevision is still the old template's (aaa here),
+    # so the old pod matches it; the unobserved generation is what says the pod is about to be replaced.
+    why = node_step.mig_manager_outdated(_mig_manager_pod("aaa"), _daemonset(generation=4, updated=4),
+                                         [_revision(1, "aaa")])
+    assert why == ("DaemonSet nvidia-mig-manager has a new template (generation 4) its controller has not yet acted "
+                   "on (observed 3): MIG Manager pod gpu-operator/nvidia-mig-manager-x1 may be replaced "
+                   "(kubectl -n gpu-operator rollout status daemonset/nvidia-mig-manager)")
+    assert node_step.mig_manager_outdated(_mig_manager_pod("aaa"), _daemonset(generation=4, observed=4, updated=4),
+                                          [_revision(1, "aaa")]) is None
 
 
 class FakeRolloutOps(object):
