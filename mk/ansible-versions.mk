@@ -3,9 +3,8 @@
 # integration on the newest, 2.21. 2.19 runs on Python 3.11, the oldest Python the collection supports on the
 # controller; 2.20 on the main venv's Python (>= 3.12, which ansible-core 2.20 needs).
 ANSIBLE_CORE_VERSIONS := 2.19.14 2.20.10
-# The unit tests run on the oldest (with the oldest Python) here and on the newest in the main venv; the releases
-# between them get sanity only (`make unit-2.20.10` still runs them there).
-ANSIBLE_CORE_UNIT_VERSIONS := 2.19.14
+# The unit tests run on each of them here too (2.19 with the oldest Python), and on the newest in the main venv.
+ANSIBLE_CORE_UNIT_VERSIONS := 2.19.14 2.20.10
 # The first Python 3.11 found: python3.11 on PATH, else pyenv's installed 3.11.
 PYTHON_OLDEST ?= $(shell for p in python3.11 $$HOME/.pyenv/versions/3.11*/bin/python3; do \
 	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
@@ -15,7 +14,7 @@ ANSIBLE_VERSIONS_STAMP = .venv-ansible-$(1)/.setup-$(shell cat requirements/runt
 
 .PHONY: ansible-versions $(foreach v,$(ANSIBLE_CORE_VERSIONS),sanity-$(v) unit-$(v))
 
-ansible-versions: $(foreach v,$(ANSIBLE_CORE_VERSIONS),sanity-$(v)) $(foreach v,$(ANSIBLE_CORE_UNIT_VERSIONS),unit-$(v)) ## sanity on every other supported ansible-core, unit tests on the oldest
+ansible-versions: $(foreach v,$(ANSIBLE_CORE_VERSIONS),sanity-$(v)) $(foreach v,$(ANSIBLE_CORE_UNIT_VERSIONS),unit-$(v)) ## sanity and unit tests on every other supported ansible-core
 
 define ANSIBLE_VERSION_RULES
 $(call ANSIBLE_VERSIONS_STAMP,$(1)): requirements/runtime.txt requirements/unit.txt requirements/constraints.txt

@@ -54,6 +54,10 @@ def test_an_unreachable_api_server_fails_at_the_preflight_play(refused_kubeconfi
     assert result.get("failed") is True, result
     assert msg.startswith("pre-flight: cannot reach the Kubernetes API server 127.0.0.1:%s (GET /version)" % port), msg
     assert "kubeconfig %s, context refused" % path in msg, msg
+    # Before the wait, a line names the kubeconfig and the retry window (here GPUFLEET_API_RETRY_SECONDS's).
+    said = run.task("Say which API server is checked")["msg"]
+    assert said.startswith("checking the Kubernetes API server with kubeconfig %s" % path), said
+    assert said.endswith("retried for up to 2 s (gpufleet_preflight_api_retry_seconds)"), said
     # The run ended there: the plays on the GPU hosts never started.
     assert [play["play"]["name"] for play in run.data["plays"]] == ["Pre-flight - what this playbook needs"], run.explain()
 
@@ -68,3 +72,19 @@ def test_the_report_needs_no_gpu_host_but_a_reachable_api_server(refused_kubecon
     msg = run.task("Check programs, Python packages")["msg"]
     assert msg.startswith("pre-flight: cannot reach the Kubernetes API server 127.0.0.1:%s (GET /version)" % port), msg
     assert not (tmp_path / "r").exists()
+
+
+def test_the_preflight_retry_window_is_its_own_variable(refused_kubeconfig, tmp_path):
+    """gpufleet_preflight_api_retry_seconds sets the pre-flight's window (the later tasks keep theirs), whatever
+    GPUFLEET_API_RETRY_SECONDS says; the retried call is named with it."""
+    path, port = refused_kubeconfig
+    runner = FaultRunner(path, tmp_path / "ansible", extra_env={"GPUFLEET_API_RETRY_SECONDS": "30"})
+    run = runner.playbook(REPO_ROOT / "mig-reconfigure.yml", ["gpu-preflight-1"],
+                          extra_vars={"profile": "all-balanced", "gpufleet_preflight_api_retry_seconds": 1}, timeout=300)
+    assert run.rc != 0, run.explain()
+    assert run.task("Say which API server is checked")["msg"].endswith("retried for up to 1 s "
+                                                                       "(gpufleet_preflight_api_retry_seconds)")
+    result = run.task("Check programs, Python packages")
+    assert result.get("failed") is True, result
+    warnings = " ".join(result.get("warnings") or [])
+    assert "(api_retry_seconds=1)" in warnings, result

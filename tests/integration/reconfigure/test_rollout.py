@@ -169,6 +169,8 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
         assert planned[name]["expected_resources"] == dict(
             (k, int(v)) for k, v in balanced_allocatable(model, 2 if model != "H200" else 1).items())
     assert not plan.ran("Reconfigure step"), "check mode went past the plan"
+    # --check counts every node the plan would change as changed in the recap, under its own name.
+    assert all(plan.data["stats"][name]["changed"] >= 1 for name in names), plan.data["stats"]
     # The three whole-GPU workloads lose their GPUs (MIG devices are advertised as nvidia.com/mig-*): the plan
     # warns unless whole GPUs are free elsewhere in this shared cluster, counted here independently.
     # Counted before and after the plan: other tests' nodes in this cluster may still be settling.
@@ -202,6 +204,7 @@ def test_mixed_models_all_balanced_resolves_per_model(testbed, gpu_cluster, add_
         assert view["unschedulable"] is False and PRIOR_ANNOTATION not in view["annotations"]
         assert rows[name]["result"] == "reconfigured" and rows[name]["uncordon"] == "uncordoned"
     assert_only_gpu_pods_gone(testbed, before, dict((n, rows[n]["evicted"]) for n in names))
+    assert all(result.data["stats"][name]["changed"] >= 1 for name in names), result.data["stats"]
     lines = summary_lines(result)
     assert lines[0].split() == ["node", "model", "before", "after", "evicted", "back", "duration", "result"]
     assert all(any(line.startswith(n) and "reconfigured" in line for line in lines) for n in names)
