@@ -3,12 +3,16 @@ an inventory with no GPU host fails the run naming ansible_inventory_sources; an
 fails the run at the pre-flight play, before any GPU host is read or anything changes. No testbed cluster needed:
 the API server is a bound port that refuses connections."""
 
+import os
+import shutil
 import socket
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.integration.modules.test_unreachable_api_server import FaultRunner
+from tests.integration.modules.test_unreachable_api_server import RETRY_ENV, FaultRunner
 from tests.integration.reconfigure.conftest import REPO_ROOT
 
 PLAYBOOKS = [("mig-reconfigure.yml", {"profile": "all-balanced"}), ("site.yml", {})]
@@ -88,3 +92,18 @@ def test_the_preflight_retry_window_is_its_own_variable(refused_kubeconfig, tmp_
     assert result.get("failed") is True, result
     warnings = " ".join(result.get("warnings") or [])
     assert "(api_retry_seconds=1)" in warnings, result
+
+
+def test_site_without_helm_stops_at_the_preflight_play_naming_it(refused_kubeconfig, tmp_path):
+    """site.yml needs helm on the controller: without it the run stops at the pre-flight play, which names it (with
+    the API server it could not reach), before any GPU host is read."""
+    path, _port = refused_kubeconfig
+    no_helm = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    assert shutil.which("helm", path=no_helm) is None
+    runner = FaultRunner(path, tmp_path / "ansible", extra_env=dict(RETRY_ENV, PATH=no_helm))
+    run = runner.playbook(REPO_ROOT / "site.yml", ["gpu-preflight-1"], timeout=300)
+    assert run.rc != 0, run.explain()
+    result = run.task("Check programs, Python packages")
+    assert result.get("failed") is True and result["missing_executables"] == ["helm"], result
+    assert "helm" in result["msg"], result["msg"]
+    assert [play["play"]["name"] for play in run.data["plays"]] == ["Pre-flight - what this playbook needs"], run.explain()
