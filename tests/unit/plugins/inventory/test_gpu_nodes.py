@@ -8,6 +8,9 @@ import os
 import subprocess
 import sys
 
+import yaml
+
+from ansible_collections.gpufleet.gpu_operator.plugins.inventory import gpu_nodes
 from ansible_collections.gpufleet.gpu_operator.plugins.inventory.gpu_nodes import InventoryModule
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.report import cluster_facts
 
@@ -24,6 +27,9 @@ nodes = json.loads(sys.argv[3])
 plugin._fetch_nodes = lambda path: nodes
 inventory = InventoryData()
 plugin.parse(inventory, DataLoader(), sys.argv[2], cache=False)
+# Every key of the source is one of the plugin's documented options (get_option raises KeyError for any other).
+for key in DataLoader().load_from_file(sys.argv[2]):
+    plugin.get_option(key)
 print(json.dumps({"groups": dict((name, sorted(h.name for h in group.get_hosts()))
                                  for name, group in inventory.groups.items()),
                   "hostvars": dict((name, dict(inventory.get_host(name).vars)) for name in inventory.hosts)},
@@ -75,6 +81,17 @@ def test_hosts_vars_and_groups_from_node_summaries(tmp_path):
     assert hostvars["gpu_model"] == "NVIDIA-H200" and hostvars["gpu_mig_config"] == "all-1g.18gb"
     assert hostvars["gpu_node_name"] == "h200-1" and str(hostvars["slices"]) == "28"
     assert not any(key.startswith("gpu_") for key in built["hostvars"]["cpu-1"])
+
+
+def test_the_documented_example_source_uses_documented_options_and_builds_its_groups(tmp_path):
+    """The source in the plugin's EXAMPLES, as a user copies it (its cache directory moved under tmp_path)."""
+    config = yaml.safe_load(gpu_nodes.EXAMPLES)
+    config["cache_connection"] = str(tmp_path / "cache")
+    summary = cluster_facts.node_summary(gpu_node("h100-1", {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.family": "hopper", "pool": "training"}))
+    built = populate(tmp_path, yaml.safe_dump(config), [summary])
+    assert built["groups"]["family_hopper"] == ["h100-1"], built["groups"]
+    assert built["hostvars"]["h100-1"]["ansible_connection"] == "local"
 
 
 MIXED_LABELS = {
