@@ -16,7 +16,10 @@ simulated NVML (LD_LIBRARY_PATH, GPUFLEET_SIM_NVML_STATE). Only the host's OS bo
   getPluginSocketPath), and finds kubelet.sock there (KUBELET_SOCKET's default), as the pod's hostPath volume
   ``device-plugin`` gives it on a real node. The host's /var/lib is not written;
 * ``/proc/driver``: ``<work-dir>/proc-driver``, holding ``nvidia-caps/mig-minors``, the driver's MIG capability table
-  (tests/testbed/fakehost/nvidia_caps.py); the plugin reads it to build each MIG device's device-node paths.
+  (tests/testbed/fakehost/nvidia_caps.py); the plugin reads it to build each MIG device's device-node paths;
+* on PATH, ``nvidia-cuda-mps-control`` (tests/testbed/fakehost/mps-bin): under MPS sharing the plugin asks it whether
+  the node's MPS control daemon is healthy before it serves; the testbed runs no MPS daemon, and the stand-in answers
+  as a healthy one does.
 
 Logs: ``<work-dir>/device-plugin.log`` (NVIDIA's process, stdout and stderr, as the container log) and, for ``run``,
 ``<work-dir>/kubelet.log`` (the endpoint).
@@ -34,6 +37,7 @@ from tests.testbed.nvidia_mig_manager import binary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MPS_CONTROL_DIR = REPO_ROOT / "tests" / "testbed" / "fakehost" / "mps-bin"  # nvidia-cuda-mps-control's stand-in
 DEVICE_PLUGIN_PATH = "/var/lib/kubelet/device-plugins"  # pluginapi.DevicePluginPath
 
 # The nvidia-device-plugin container's environment as GPU Operator v26.7.0 sets it with the chart's defaults:
@@ -84,7 +88,7 @@ class NvidiaDevicePlugin(NodeProcess):
         return self.work / "device-plugins"
 
     def environment(self):
-        env = {"PATH": SYSTEM_PATH, "HOME": "/root", "NODE_NAME": self.node,
+        env = {"PATH": "%s:%s" % (MPS_CONTROL_DIR, SYSTEM_PATH), "HOME": "/root", "NODE_NAME": self.node,
                "LD_LIBRARY_PATH": str(self.nvml_lib_dir), "GPUFLEET_SIM_NVML_STATE": str(self.state_path)}
         env.update(self.env)
         return env

@@ -1,5 +1,5 @@
 """MPS sharing and MIG, end to end: a node the device-plugin config shares with MPS is refused a MIG layout before
-any change. NVIDIA's GFD (the agents run the v0.18.0 binary) exits on a node with MPS and any GPU in MIG mode
+any change. NVIDIA's GFD exits on a node with MPS and any GPU in MIG mode
 (internal/lm/nvml.go isMPSCapable) and the device plugin refuses MIG devices under MPS (internal/plugin/mps.go), so
 the change could never be verified: the node would stay cordoned with stale labels until the deadline."""
 
@@ -18,9 +18,9 @@ def test_mig_layout_on_an_mps_node_is_refused_before_any_change(testbed, gpu_clu
     testbed.core.create_namespaced_config_map("gpu-operator", client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name=cm_name), data={"mps": MPS_CONFIG}))
     strategy = gpu_cluster.policy()["spec"]["mig"]["strategy"]
-    # The agents' device plugin: NVIDIA's shares GPUs through MPS only once the MPS control daemon (a DaemonSet of its
-    # own) is ready on the node, and the testbed does not run that daemon.
-    name = add_gpu_node("rc-mps", "H100-80GB-HBM3", 2, device_plugin="sim")
+    # NVIDIA's device plugin: it shares GPUs through MPS once the node's MPS control daemon answers
+    # (nvidia-cuda-mps-control, the testbed's stand-in for a healthy daemon: tests/testbed/nvidia_device_plugin.py).
+    name = add_gpu_node("rc-mps", "H100-80GB-HBM3", 2)
     try:
         wait_advertised(testbed, name)
         # MPS is refused with the mixed strategy (the device plugin exits), so the node runs single.
@@ -29,6 +29,8 @@ def test_mig_layout_on_an_mps_node_is_refused_before_any_change(testbed, gpu_clu
                                                 "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED"}, timeout=60)
         assert labels["nvidia.com/gpu.replicas"] == "2"
         testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "4", 60, "2 GPUs x 2 MPS replicas")
+        log = gpu_cluster.device_plugin_log(name)
+        assert '"MPS daemon is healthy" resource="nvidia.com/gpu"' in log, log[-3000:]  # NVIDIA's plugin, MPS path
         view = node_view(testbed, name)
 
         # all-1g.10gb is one profile per node: single would accept it; MPS does not.
