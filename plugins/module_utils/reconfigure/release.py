@@ -51,12 +51,22 @@ def release_node(ctx, row, target, hardware=None):
     ops = ctx.ops_factory()
     started = time.monotonic()
     row = dict(row)
+    expected = row.pop("_expected", None)  # (resources, GFD labels) the plan expects, for a node found held
     try:
         node = ops.get_node(row["node"])
         state = node_step.mig_state(node)
         if state["config"] != target or state["state"] != "success":
             return fail(row, "release", "node %s: changed since verification (%s=%s, state %s); node left cordoned" % (
                 row["node"], LABEL_MIG_CONFIG, state["config"], state["state"]), ctx, ops, row["node"], started)
+        if expected is not None:
+            # Allocatable and GFD labels, verified by the apply, may have moved since (a device plugin restart, a GFD
+            # re-run): waited for as the verification waits, then a failed node, never one left cordoned unreported.
+            problems = node_step.wait_verified(ops, row["node"], expected[0], expected[1],
+                                               time.monotonic() + ctx.options["verify_timeout"], node)
+            if problems:
+                return fail(row, "verify", "node %s: allocatable and GFD labels no longer agree with the plan since its "
+                            "verification: %s; node left cordoned" % (row["node"], "; ".join(problems)),
+                            ctx, ops, row["node"], started)
         if hardware:
             problems = hardware_mismatches(ctx, ops, row["node"], target, hardware)
             row["hardware_verified"] = not problems
@@ -74,24 +84,21 @@ def release_node(ctx, row, target, hardware=None):
 
 def held_rows(ctx, ops, targets):
     """The nodes of ``targets`` ((node, config) pairs) a rollout with hold_cordon left cordoned after verifying
-    their config, found from the cluster: cordoned by us (our cordon annotation), the in-progress marker and the
-    config label at the config, MIG Manager at success, and allocatable and GFD labels still matching the plan.
-    Rows as the apply returned them for these nodes (result ``verified``), without the apply's evictions and
-    timings."""
+    their config, found from the cluster: cordoned by us (our cordon annotation) with the in-progress marker at the
+    config. Rows as the apply returned them for these nodes (result ``verified``), without the apply's evictions and
+    timings, and with what the plan expects (``_expected``): release_node checks the config, MIG Manager's state,
+    allocatable and GFD labels again and fails a node that no longer agrees, rather than leave it out."""
     rows = []
     for name, target in targets:
         snap = snapshot.read_node(ops, ctx, name)
         planned = preflight.plan_one(ctx, snap, name, target)
-        if planned["errors"] or not planned.get("cordoned_by_us") or planned.get("in_progress_target") != target \
-                or planned.get("current_config") != target or planned.get("current_state") != "success":
-            continue
-        if node_step.node_mismatches(snap.get_node(name), planned["expected_resources"],
-                                     planned["expected_gfd_labels"]):
+        if planned["errors"] or not planned.get("cordoned_by_us") or planned.get("in_progress_target") != target:
             continue
         rows.append({"node": name, "model": planned.get("model"), "before": planned.get("previous_config"),
                      "after": target, "result": "verified",
                      "message": "%s -> %s: allocatable and GFD labels verified; cordoned until the hardware is read"
-                     % (planned.get("previous_config") or "unset", target)})
+                     % (planned.get("previous_config") or "unset", target),
+                     "_expected": (planned["expected_resources"], planned["expected_gfd_labels"])})
     return rows
 
 

@@ -689,3 +689,26 @@ def test_controller_killed_then_rerun_converges(testbed, gpu_cluster, add_gpu_no
     assert node_view(testbed, admin)["unschedulable"] is True and rows[admin]["uncordon"] == "left-cordoned"
     assert_only_gpu_pods_gone(testbed, before)
     testbed.core.patch_node(admin, {"spec": {"unschedulable": False}})
+
+
+def test_a_held_node_whose_allocatable_moved_since_verification_fails_its_release(
+        testbed, gpu_cluster, add_gpu_node, runner):
+    """phase=release finds the nodes a rollout held cordoned (our cordon, the in-progress marker) from the cluster. A
+    held node whose allocatable no longer agrees with the plan (here a device plugin that stopped re-advertising:
+    all-1g.10gb applied, whole GPUs still advertised) is waited for as the verification waits, then fails, named and
+    left cordoned: it is never left out of the release unreported."""
+    node = add_gpu_node("rc-held", "H100-80GB-HBM3", 1)
+    wait_advertised(testbed, node)
+    gpu_cluster.set_faults(node, ["stale-plugin"])
+    testbed.core.patch_node(node, {"spec": {"unschedulable": True}, "metadata": {
+        "annotations": {PRIOR_ANNOTATION: "false", "gpufleet.io/mig-target-config": "all-1g.10gb"},
+        "labels": {CONFIG: "all-1g.10gb", STATE: None}}})
+    gpu_cluster.wait_labels(node, {STATE: "success"}, timeout=120)
+    released = runner.module("mig_rollout", {"phase": "release", "nodes": [node], "config": "all-1g.10gb",
+                                             "verify_timeout": 3})
+    assert released["failed_nodes"] == [node], released
+    row = released["rows"][0]
+    assert row["result"] == "failed" and row["stage"] == "verify", row
+    assert "no longer agree with the plan since its verification" in row["message"], row
+    assert "nvidia.com/mig-1g.10gb is 0, plan says 7" in row["message"], row
+    assert node_view(testbed, node)["unschedulable"] is True
