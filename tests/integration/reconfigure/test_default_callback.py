@@ -39,8 +39,8 @@ def run_default_callback(runner, node, extra, check, result_format):
     return proc.stdout
 
 
-def test_the_plan_and_the_summary_print_as_tables_under_the_default_callback(testbed, gpu_cluster, add_gpu_node,
-                                                                            runner):
+def test_the_plan_and_the_summary_print_as_tables_under_the_default_callback(
+        testbed, gpu_cluster, add_gpu_node, runner):
     node = add_gpu_node("rc-callback", "H100-80GB-HBM3", 1)
     wait_advertised(testbed, node)
     extra = dict(rollout_vars(unique_name("lock")), profile="all-1g.10gb")
