@@ -21,9 +21,9 @@ INTEGRATION_DIR = Path(__file__).resolve().parent
 # with `make integration`'s parallel workers (pytest-xdist, one file per worker at a time) a long file started last
 # would leave one worker running alone at the end.
 LONGEST_FIRST = (
+    "nvidia_mig_manager/test_matrix.py",  # 10.0 (the matrix 4.3, the simulator against NVIDIA's 5.7)
     "reconfigure/test_rollout.py",  # 8.0
     "reliability/control_plane/",  # 6.5, several files
-    "nvidia_mig_manager/test_matrix.py",  # 6.0
     "operator/test_operator.py",  # 4.7
     "operator/test_upgrade.py",  # 3.1
     "modules/test_unreachable_api_server.py",  # 2.7
