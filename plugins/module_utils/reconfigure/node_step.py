@@ -357,12 +357,12 @@ def mig_manager_rollout_pending(ops, node_name):
 
 def wait_mig_manager_current(ops, node_name, deadline, interval=2.0):
     """Wait until MIG Manager on ``node_name`` runs its DaemonSet's current template; returns why not at the
-    deadline, or None."""
+    deadline, or None. Called once a look found it outdated (mig_manager_rollout_pending), so it waits first."""
     while True:
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
         pending = mig_manager_rollout_pending(ops, node_name)
         if pending is None or time.monotonic() >= deadline:
             return pending
-        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
 def node_mismatches(node, expected_resources, expected_labels):

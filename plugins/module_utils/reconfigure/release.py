@@ -52,8 +52,9 @@ def release_node(ctx, row, target, hardware=None):
     started = time.monotonic()
     row = dict(row)
     expected = row.pop("_expected", None)  # (resources, GFD labels) the plan expects, for a node found held
+    node = row.pop("_node", None)  # the node as held_rows read it, for a node found held
     try:
-        node = ops.get_node(row["node"])
+        node = node or ops.get_node(row["node"])
         state = node_step.mig_state(node)
         if state["config"] != target or state["state"] != "success":
             return fail(row, "release", "node %s: changed since verification (%s=%s, state %s); node left cordoned" % (
@@ -86,7 +87,7 @@ def held_rows(ctx, ops, targets):
     """The nodes of ``targets`` ((node, config) pairs) a rollout with hold_cordon left cordoned after verifying
     their config, found from the cluster: cordoned by us (our cordon annotation) with the in-progress marker at the
     config. Rows as the apply returned them for these nodes (result ``verified``), without the apply's evictions and
-    timings, and with what the plan expects (``_expected``): release_node checks the config, MIG Manager's state,
+    timings, and with what the plan expects (``_expected``) and the node as read (``_node``): release_node checks the config, MIG Manager's state,
     allocatable and GFD labels again and fails a node that no longer agrees, rather than leave it out."""
     rows = []
     for name, target in targets:
@@ -98,7 +99,8 @@ def held_rows(ctx, ops, targets):
                      "after": target, "result": "verified",
                      "message": "%s -> %s: allocatable and GFD labels verified; cordoned until the hardware is read"
                      % (planned.get("previous_config") or "unset", target),
-                     "_expected": (planned["expected_resources"], planned["expected_gfd_labels"])})
+                     "_expected": (planned["expected_resources"], planned["expected_gfd_labels"]),
+                     "_node": snap.nodes[name]})
     return rows
 
 

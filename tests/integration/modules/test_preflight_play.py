@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from tests.integration.modules.test_unreachable_api_server import RETRY_ENV, FaultRunner
-from tests.integration.reconfigure.conftest import REPO_ROOT
+from tests.integration.reconfigure.conftest import REPO_ROOT, PlaybookResult
+from tests.support import playbook as ansible_playbook
 
 PLAYBOOKS = [("mig-reconfigure.yml", {"profile": "all-balanced"}), ("site.yml", {})]
 
@@ -44,6 +45,27 @@ def test_an_inventory_without_gpu_nodes_fails_naming_its_sources(refused_kubecon
     assert msg.startswith("no host in gpu_nodes of the inventory (ansible_inventory_sources: %s)"
                           % (runner.workdir / "inventory.yml")), msg
     assert "could not be parsed" in msg and "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED" in msg, msg
+    assert not run.ran("Check programs, Python packages"), run.explain()
+
+
+def test_a_gpu_nodes_source_that_could_not_be_parsed_is_named_with_its_reason(refused_kubeconfig, tmp_path):
+    """As from the built collection without this checkout's ansible.cfg (an unparsed source is then only a warning):
+    the gpu_nodes source's API server refuses, the inventory has no host, and the failure names the source with what
+    its API server answers (address, kubeconfig, context), not only that some source could not be parsed."""
+    path, port = refused_kubeconfig
+    runner = FaultRunner(path, tmp_path / "ansible", extra_env=dict(
+        RETRY_ENV, ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="false", K8S_AUTH_KUBECONFIG=""))
+    source = tmp_path / "fleet.gpu_nodes.yml"
+    source.write_text(yaml.safe_dump({"plugin": "gpufleet.gpu_operator.gpu_nodes", "kubeconfig": str(path),
+                                      "context": "refused"}))
+    proc = ansible_playbook.run(REPO_ROOT / "mig-reconfigure.yml", inventory=source,
+                                extra_vars={"profile": "all-balanced"}, env=runner.env(), timeout=300)
+    run = PlaybookResult(proc.returncode, proc.stdout, proc.stderr)
+    assert run.rc != 0, run.explain()
+    msg = run.task("Check that the inventory has hosts in gpu_nodes").get("msg") or ""
+    assert ("inventory source %s (gpu_nodes) could not be parsed: pre-flight: cannot reach the Kubernetes API server "
+            "127.0.0.1:%s (GET /version)" % (source, port)) in msg, msg
+    assert "kubeconfig %s, context refused" % path in msg, msg
     assert not run.ran("Check programs, Python packages"), run.explain()
 
 
