@@ -42,3 +42,22 @@ def test_the_allow_variable_lets_a_controller_that_is_the_gpu_host_through(tmp_p
     guard = [result for name, result in tasks if name.endswith("Refuse to change the controller through a local connection")]
     assert guard and not guard[0].get("failed"), tasks
     assert len(tasks) > 2, tasks  # the role went on past its guard (what it finds on this machine is not asserted)
+
+
+@pytest.mark.parametrize("stage,role", [("driver", "nvidia_driver"), ("toolkit", "container_toolkit")])
+def test_site_refuses_the_controller_before_reading_it(tmp_path, stage, role):
+    """site.yml's host stages, asked for on an inventory host with a local connection: the role's guard is the first
+    task that runs on the host, so the controller is neither changed nor read (no fact gathering before it)."""
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "gpu-1.example.internal": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
+    proc = playbook.run(ROOT / "site.yml", "--tags", stage, inventory=tmp_path / "inventory.yml", check=True,
+                        extra_vars={"gpufleet_preflight": False, "gpu_host_%s_install" % stage: True},
+                        env=playbook.environment(ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"), cwd=ROOT)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    data = playbook.json_results(proc.stdout)
+    ran = [(task["task"]["name"], task["hosts"]["gpu-1.example.internal"]) for play in data["plays"]
+           for task in play["tasks"] if "gpu-1.example.internal" in task["hosts"]
+           and not task["hosts"]["gpu-1.example.internal"].get("skipped")]
+    assert ran and ran[-1][0].endswith("Refuse to change the controller through a local connection"), ran
+    assert ran[-1][1].get("failed") and "%s_allow_local_connection=true" % role in ran[-1][1]["msg"], ran[-1]
+    assert not any("Gather the facts" in name or name == "Gathering Facts" for name, _result in ran), ran

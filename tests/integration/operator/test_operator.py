@@ -76,7 +76,11 @@ def test_check_mode_on_an_empty_cluster_changes_nothing(operator_sandbox):
 
 
 def test_install_validates_and_a_second_run_changes_nothing(operator_sandbox):
-    result = operator_sandbox.site()
+    """A fresh install, as AWX's site template runs it: under the installer credential's ServiceAccount (rbac/)."""
+    operator_sandbox.bed.kubectl("apply", "-f", str(REPO_ROOT / "rbac" / "gpu-operator-install.yaml"))
+    installer = {"gpufleet_kubeconfig": str(operator_sandbox.bed.serviceaccount_kubeconfig("gpufleet",
+                                                                                          "gpufleet-installer"))}
+    result = operator_sandbox.site(extra_vars=installer)
     assert result.rc == 0, result
     assert result.changed > 0
     policy = operator_sandbox.policy()
@@ -90,7 +94,7 @@ def test_install_validates_and_a_second_run_changes_nothing(operator_sandbox):
     assert sorted(status["nodes"]) == ["op-a100", "op-h100", "op-h200"]
     assert "mig-manager" in status["operands"]
 
-    again = operator_sandbox.site()
+    again = operator_sandbox.site(extra_vars=installer)
     assert again.rc == 0, again
     assert again.changed == 0, list(again.data["stats"].items())
 
@@ -265,6 +269,16 @@ def test_validation_catches_broken_nodes_and_passes_healthy_ones(operator_sandbo
         assert checked.rc != 0, checked
         message = " ".join(checked.failure_messages())
         assert "op-a100" in message and "op-h200" in message and "op-h100:" not in message
+        # Unless this check run's operator stage would change the ClusterPolicy: the problems then describe the cluster
+        # before that change, and are reported instead of failing the run.
+        ahead = operator_sandbox.site("--check", "--tags", "operator,validate",
+                                      extra_vars=dict(settings, gpu_operator_mig_strategy="single"))
+        assert ahead.rc == 0, ahead
+        assert ahead.task_results("Patch ClusterPolicy")[0][1]["changed"] is True
+        reported = ahead.task_results("Report problems found before the operator changes")[0][1]["msg"]
+        assert reported.startswith("Check mode: the operator stage would change the chart or the ClusterPolicy"), reported
+        assert "op-a100" in reported and "op-h200" in reported and "op-h100:" not in reported, reported
+        assert operator_sandbox.policy()["spec"]["mig"]["strategy"] == "mixed"
 
         # The operator role's readiness wait names each node and operand that is not ready.
         waited = operator_sandbox.site("--tags", "operator", extra_vars=dict(settings, gpu_operator_wait_timeout=5))
