@@ -1,78 +1,77 @@
-"""Every MIG-capable GPU model by every config NVIDIA lists for it, rolled out by mig-reconfigure.yml with NVIDIA's
-MIG Manager, device plugin and GFD, under both MIG strategies.
+"""Every MIG-capable GPU model by every MIG config NVIDIA's MIG Manager lists for it, rolled out by mig-reconfigure.yml
+with NVIDIA's MIG Manager, device plugin and GFD, under both MIG strategies.
 
-The cases are read at test time from NVIDIA's own file and the simulated catalog: GPU Operator v26.7.0's default MIG
-config (assets/state-mig-manager/0400_configmap.yaml, the ConfigMap default-mig-parted-config; test data beside the
-checkout) names GPUs by PCI device id in the device-filter of its model-specific entries, and a (model, config) pair is
-a config with an entry whose device-filter names the model's PCI device id in tests/testbed/gpusim/catalog.json (the
-first such entry, as mig-parted selects it). Configs without a device-filter (all-1g.5gb, all-3g.40gb, ...) name no
-model and are not pairs here. With v26.7.0's file and the catalog: 41 pairs on 27 models (every MIG-capable model of
-the catalog; the T4 is not MIG-capable), each under both strategies, 82 (model, config, strategy) cases: 14 rolled and
-27 refused under single, 41 rolled under mixed.
+GPU Operator v26.7.0 ships ClusterPolicy migManager.config.name empty, so NVIDIA's nvidia-mig-manager v0.15.0
+generates each node's MIG configs from its hardware at start (mig-parted cmd/nvidia-mig-manager main.go
+setupMigConfig), publishes them as ConfigMap <node>-mig-config and applies only those; the chart's
+default-mig-parted-config is its fallback when no profile is discovered. So the configs NVIDIA lists for a model are
+the ones its MIG Manager generates on a node of that model: all-disabled, all-enabled, all-balanced and one
+all-<profile> per GPU instance profile. The cases are named at collection from the simulator's generator
+(tests/testbed/agents/migconfig.py), which the equivalence test below shows equal to NVIDIA's on every model; what
+each case expects (MIG mode, the profiles and their counts) is read from the node's own ConfigMap, NVIDIA's, and
+test_the_cases_are_the_configs_nvidias_mig_manager_generated_on_each_node checks that the two lists agree. With the
+catalog: 272 configs on 27 models (every MIG-capable model of the catalog; the T4 is not MIG-capable), each under both
+strategies, 544 (model, config, strategy) cases: under single 218 rolled and 54 refused, under mixed 272 rolled.
 
-One simulated node per model, one GPU each, on the cluster of conftest.py (NVIDIA's v26.7.0 chart and controller;
-per node NVIDIA's nvidia-mig-manager v0.15.0 applying the change, nvidia-device-plugin v0.20.0 advertising the node's
-resources and GFD v0.20.0 labelling it). Each mig-reconfigure.yml run rolls every model's node at once: one
-mig_reconfigure_profiles entry per config (an inventory group of the nodes it is for), no canary, all nodes in one
-step. Under single (first, the nodes at the operator's default all-disabled) one refused run and one rollout, then under
-mixed two rollouts (the most configs NVIDIA lists for one model), and a last run takes every node back to NVIDIA's
-all-disabled (27 more cases, one per model): five playbook runs in all.
+One simulated node per model, one GPU each (two for a model with more than ROUND_CONFIGS configs, each taking every
+other config), on the cluster of conftest.py (NVIDIA's v26.7.0 chart and controller; per node NVIDIA's
+nvidia-mig-manager v0.15.0 applying the change, nvidia-device-plugin v0.20.0 advertising the node's resources and GFD
+v0.20.0 labelling it). Each mig-reconfigure.yml run rolls every node at once: one mig_reconfigure_profiles entry per
+config (an inventory group of the nodes it is for), no canary, all nodes in one step, and in each run every node
+changes. Under single (first, the nodes at the operator's default all-disabled) the refused runs, then the rollouts,
+then under mixed the rollouts, each node's all-disabled last.
 
 Under mig.strategy=single NVIDIA's device plugin advertises a node's MIG devices as nvidia.com/gpu only when they all
 have one profile (NVIDIA/k8s-device-plugin v0.20.0 internal/rm/device_map.go, requireUniformMIGDevices), and GFD labels
-a node with several -MIG-INVALID (internal/lm/mig-strategy.go), so a config that mixes profiles (all-balanced) would
-leave the node advertising nothing. The product
-refuses such a config before any change: the plan names the node, the config and its profiles ("mig-strategy=single
-needs one MIG profile per node") and the role stops at "Stop before any change when a plan is invalid". Those cases
-assert that refusal: the playbook fails, no reconfigure step runs, and the node keeps its config, its MIG mode, its GPU
-instances and its schedulability. Every other case asserts the rollout's verification of the node and checks it
-against NVIDIA's programs: row result reconfigured with the hardware verified, nvidia.com/mig.config.state=success,
-the GPU instances of NVIDIA's entry on the simulated hardware, MIG Manager's own success line, the allocatable NVIDIA's
-device plugin registered with the node's kubelet endpoint, and GFD's labels (under single the product label: GFD's
-label of the whole GPU with -MIG-<profile>, which the plan expects too). The run back to all-disabled checks the whole
-GPU's product label the same way for every model: GFD makes it from the NVML name (NVIDIA H100 PCIe), which is not
+a node -MIG-INVALID when its MIG devices have several profiles or a MIG-enabled GPU has none (internal/lm/
+mig-strategy.go), so all-balanced and all-enabled would leave the node advertising nothing. The product refuses such a
+config before any change: the plan names the node, the config and why, and the role stops at "Stop before any change
+when a plan is invalid". Those cases assert that refusal: the playbook fails, no reconfigure step runs, and the node
+keeps its config, its MIG mode, its GPU instances and its schedulability. Every other case asserts the rollout's
+verification of the node and checks it against NVIDIA's programs: row result reconfigured with the hardware
+verified, nvidia.com/mig.config.state=success, NVIDIA's entry on the simulated hardware, MIG Manager's own success
+line, the allocatable NVIDIA's device plugin registered with the node's kubelet endpoint, and GFD's labels (under
+single the product label: GFD's label of the whole GPU with -MIG-<profile>, which the plan expects too). all-disabled
+checks the whole GPU's product label for every model: GFD makes it from the NVML name (NVIDIA H100 PCIe), which is not
 the catalog's key (H100-PCIe).
 """
 
 import concurrent.futures
+import math
 import re
 from dataclasses import dataclass, field
 
 import pytest
 
-from tests.integration.agents.test_agent_logic import nvidia_static_configs
+from tests.integration.agents.test_agent_logic import make_gpu
 from tests.integration.nvidia_mig_manager.conftest import MIG_STRATEGY, host_environment, set_strategy
 from tests.integration.agents.test_protocol import PAUSED, node_history
 from tests.integration.nvidia_mig_manager.test_label import gpu_instances, ignore_404, mig_modes
 from tests.integration.reconfigure.conftest import PLAYBOOK, Runner, apply_automation_rbac, node_view
 from tests.integration.reconfigure.test_rollout import CONFIG, STATE, gpu_allocatable, rollout_vars, rows_of, \
     wait_advertised
+from tests.testbed.agents import migconfig
 from tests.testbed.gpusim import hoststate
 from tests.testbed.pytest_cluster import unique_name
 
+# The matrix's 20 playbook runs happen in its fixture, i.e. in the first case's setup: about 16 min on 2 cores.
+pytestmark = pytest.mark.timeout(2400)
+
 PRODUCT = "nvidia.com/gpu.product"
-DISABLED = "all-disabled"  # NVIDIA's entry for every GPU with MIG off; also the operator's default for a new node
+DISABLED = "all-disabled"  # MIG off on every GPU; also the operator's default for a new node
 REFUSAL_TASK = "Stop before any change when a plan is invalid"
+ROUND_CONFIGS = 10  # the most configs one node takes under one strategy; a model with more gets a second node
 
 
-def listed_configs(configs, pci_id):
-    """{config: mig-devices} of NVIDIA's configs whose entry names ``pci_id`` in its device-filter (the first one)."""
-    out = {}
-    for name, entries in configs.items():
-        for entry in entries:
-            value = entry.get("device-filter")
-            if pci_id in ([value] if isinstance(value, str) else value or []):
-                out[name] = dict(entry["mig-devices"])
-                break
-    return out
+def layouts(mig_configs):
+    """{config: None (MIG disabled) or {profile: count}} of a one-GPU node's MIG configs (one entry each)."""
+    return {name: dict(entries[0]["mig-devices"] or {}) if entries[0]["mig-enabled"] else None
+            for name, entries in mig_configs.items()}
 
 
-CONFIGS = nvidia_static_configs()
 CATALOG = hoststate.catalog()["models"]
-LISTED = {model: listed_configs(CONFIGS, entry["pci_device_id"])
-          for model, entry in sorted(CATALOG.items()) if entry["mig_capable"]}
-MODELS = [model for model, configs in LISTED.items() if configs]
-MIG_MODELS = sorted(LISTED)
+MIG_MODELS = sorted(model for model, entry in CATALOG.items() if entry["mig_capable"])
+LISTED = {model: layouts(migconfig.generate([make_gpu(model)])["mig-configs"]) for model in MIG_MODELS}
 STRATEGIES = ("single", "mixed")
 
 
@@ -81,11 +80,12 @@ def one_profile(devices):
 
 
 def served(strategy, devices):
-    """Whether NVIDIA's device plugin can advertise the layout under ``strategy`` (single: one profile per node)."""
-    return strategy != "single" or one_profile(devices)
+    """Whether NVIDIA's device plugin and GFD can serve the layout under ``strategy`` (single: MIG off, or one profile
+    on the node)."""
+    return strategy != "single" or devices is None or one_profile(devices)
 
 
-CASES = [(model, config, strategy) for strategy in STRATEGIES for model in MODELS for config in LISTED[model]]
+CASES = [(model, config, strategy) for strategy in STRATEGIES for model in MIG_MODELS for config in LISTED[model]]
 ROLLED = [case for case in CASES if served(case[2], LISTED[case[0]][case[1]])]
 REFUSED = [case for case in CASES if case not in ROLLED]
 
@@ -96,26 +96,36 @@ def case_ids(cases):
 
 def advertised(strategy, devices):
     """GPU resources of a one-GPU node with ``devices`` on its GPU (None: MIG disabled), as NVIDIA's device plugin
-    names them: the whole GPU; under single every MIG device as nvidia.com/gpu; under mixed one resource per profile."""
+    names them: the whole GPU; under single every MIG device as nvidia.com/gpu; under mixed one resource per profile,
+    ``+`` written as ``.`` (internal/rm/rm.go)."""
     if devices is None:
         return {"nvidia.com/gpu": "1"}
     if strategy == "single":
         return {"nvidia.com/gpu": str(sum(devices.values()))} if one_profile(devices) else {}
-    return {"nvidia.com/mig-%s" % p: str(n) for p, n in devices.items() if n}
+    return {"nvidia.com/mig-%s" % p.replace("+", "."): str(n) for p, n in devices.items() if n}  # as rm.go names them
 
 
 def layout(devices):
     return sorted(p for p, n in devices.items() for _index in range(n))
 
 
+def node_share(model):
+    """{config: index of the model's node that takes it}: every other config on a second node when the model has more
+    than ROUND_CONFIGS."""
+    count = math.ceil(len(LISTED[model]) / ROUND_CONFIGS)
+    return {config: i % count for i, config in enumerate(sorted(LISTED[model], key=lambda c: (c != DISABLED, c)))}
+
+
 @dataclass
 class Matrix:
-    """The nodes (model -> node name), GFD's product label of each model's whole GPU, per case what was seen, and per
-    model what was seen after the run back to all-disabled."""
+    """The nodes (model -> node names), which node took each config ((model, config) -> node name), the configs NVIDIA's
+    MIG Manager generated on each node (node name -> layouts), GFD's product label of each model's whole GPU, and per
+    case what was seen."""
     nodes: dict = field(default_factory=dict)
+    node_of: dict = field(default_factory=dict)
+    generated: dict = field(default_factory=dict)
     whole_product: dict = field(default_factory=dict)
     outcomes: dict = field(default_factory=dict)
-    disabled: dict = field(default_factory=dict)
 
 
 def snapshot(agents, name):
@@ -141,11 +151,11 @@ def run(runner, agents, targets):
 
 
 def rounds(configs, current):
-    """``configs`` (model -> configs to roll) as rounds of model -> config, the n-th config of each model in round n,
-    each model's current config last so that every step changes its node."""
-    ordered = {model: sorted(names, key=lambda c: c == current[model]) for model, names in configs.items()}
+    """``configs`` (node -> configs to roll) as rounds of node -> config, the n-th config of each node in round n,
+    each node's current config last so that every step changes it."""
+    ordered = {node: sorted(names, key=lambda c: c == current[node]) for node, names in configs.items()}
     count = max((len(names) for names in ordered.values()), default=0)
-    return [{model: names[i] for model, names in ordered.items() if i < len(names)} for i in range(count)]
+    return [{node: names[i] for node, names in ordered.items() if i < len(names)} for i in range(count)]
 
 
 # -- the simulator's MIG Manager against NVIDIA's -----------------------------------------------------------------------
@@ -264,61 +274,58 @@ def matrix(nvidia_cluster, tmp_path_factory):
     runner = Runner(apply_automation_rbac(bed), tmp_path_factory.mktemp("matrix-ansible"))
     initial = agents.policy()["spec"]["mig"]["strategy"]
     result = Matrix()
+    model_of = {}
     try:
-        for model in MODELS:
-            result.nodes[model] = agents.add_gpu_node(unique_name("mx-" + model), model, 1)
-        names = sorted(result.nodes.values())
+        for model in MIG_MODELS:
+            share = node_share(model)
+            result.nodes[model] = [agents.add_gpu_node(unique_name("mx-" + model), model, 1)
+                                   for _index in range(max(share.values()) + 1)]
+            model_of.update((name, model) for name in result.nodes[model])
+            result.node_of.update(((model, config), result.nodes[model][index]) for config, index in share.items())
+        names = sorted(model_of)
         for name in names:
             wait_advertised(bed, name)
-        current = {model: agents.labels(name)[CONFIG] for model, name in result.nodes.items()}
-        result.whole_product = {model: agents.labels(name)[PRODUCT] for model, name in result.nodes.items()}
+        result.generated = {name: layouts(generated_config(agents, name)) for name in names}
+        current = {name: agents.labels(name)[CONFIG] for name in names}
+        result.whole_product = {model: agents.labels(nodes[0])[PRODUCT] for model, nodes in result.nodes.items()}
+
+        def assigned(strategy, rolled):
+            out = {}
+            for (model, config), name in sorted(result.node_of.items()):
+                if served(strategy, LISTED[model][config]) == rolled:
+                    out.setdefault(name, []).append(config)
+            return out
+
         for strategy in STRATEGIES:
             set_strategy(agents, names, strategy, {
-                name: advertised(strategy, LISTED[model].get(current[model])) for model, name in result.nodes.items()})
-            refused = {m: [c for c in LISTED[m] if not served(strategy, LISTED[m][c])] for m in MODELS}
-            for targets in rounds(refused, current):
-                before = {model: snapshot(agents, result.nodes[model]) for model in targets}
-                outcome = run(runner, agents, {result.nodes[m]: c for m, c in targets.items()})
-                for model, config in targets.items():
-                    result.outcomes[(model, config, strategy)] = {
-                        "result": outcome, "before": before[model], "after": snapshot(agents, result.nodes[model])}
-            rolled = {m: [c for c in LISTED[m] if served(strategy, LISTED[m][c])] for m in MODELS}
-            for targets in rounds(rolled, current):
-                marks = log_marks(agents, [result.nodes[m] for m in targets])
-                outcome = run(runner, agents, {result.nodes[m]: c for m, c in targets.items()})
-                for model, config in targets.items():
-                    name = result.nodes[model]
+                name: advertised(strategy, result.generated[name].get(current[name])) for name in names})
+            for targets in rounds(assigned(strategy, False), current):
+                before = {name: snapshot(agents, name) for name in targets}
+                outcome = run(runner, agents, targets)
+                for name, config in targets.items():
+                    result.outcomes[(model_of[name], config, strategy)] = {
+                        "result": outcome, "before": before[name], "after": snapshot(agents, name)}
+            for targets in rounds(assigned(strategy, True), current):
+                marks = log_marks(agents, list(targets))
+                outcome = run(runner, agents, targets)
+                for name, config in targets.items():
                     mig_mark, plugin_mark = marks[name]
-                    result.outcomes[(model, config, strategy)] = dict(
+                    result.outcomes[(model_of[name], config, strategy)] = dict(
                         snapshot(agents, name), result=outcome, mig_log_from=mig_mark, plugin_log_from=plugin_mark)
-                    current[model] = config
-        marks = log_marks(agents, names)
-        outcome = run(runner, agents, {name: DISABLED for name in names})
-        for model, name in result.nodes.items():
-            result.disabled[model] = dict(snapshot(agents, name), result=outcome, mig_log_from=marks[name][0],
-                                          plugin_log_from=marks[name][1])
+                    current[name] = config
         yield result
     finally:
         agents.patch_policy({"mig": {"strategy": initial}})
-        for name in result.nodes.values():
+        for name in model_of:
             agents.remove_gpu_node(name)
 
 
-def test_every_mig_capable_model_of_the_catalog_is_in_the_matrix():
-    """A MIG-capable model that NVIDIA's file names by no device-filter would drop out of the matrix unseen."""
-    assert [model for model, configs in LISTED.items() if not configs] == []
-    assert sorted(m for m, entry in CATALOG.items() if not entry["mig_capable"]) == sorted(set(CATALOG) - set(LISTED))
-
-
-def test_the_configs_are_those_nvidias_controller_deploys(matrix, nvidia_cluster):
-    """The file the cases come from is what NVIDIA's v26.7.0 controller on the testbed deploys as MIG Manager's default
-    config (with GPU nodes: the matrix's)."""
-    import yaml
-
-    bed = nvidia_cluster.testbed
-    cm = bed.wait_for(lambda: bed.core.read_namespaced_config_map("default-mig-parted-config", nvidia_cluster.namespace),
-                      60, "ConfigMap default-mig-parted-config")
-    assert yaml.safe_load(cm.data["config.yaml"])["mig-configs"] == CONFIGS
+def test_the_cases_are_the_configs_nvidias_mig_manager_generated_on_each_node(matrix):
+    """The cases' configs (named at collection from the simulator's generator) are the ones NVIDIA's MIG Manager
+    generated on every node of the model, with the same layouts."""
+    for model, nodes in matrix.nodes.items():
+        for name in nodes:
+            assert matrix.generated[name] == LISTED[model], (model, name)
 
 
 def planned(seen, name):
@@ -347,46 +354,41 @@ def assert_verified(agents, seen, name, config, strategy, resources):
 
 @pytest.mark.parametrize("model,config,strategy", ROLLED, ids=case_ids(ROLLED))
 def test_nvidias_config_rolls_out_and_is_verified(matrix, nvidia_cluster, model, config, strategy):
-    devices = LISTED[model][config]
-    name = matrix.nodes[model]
+    name = matrix.node_of[(model, config)]
+    devices = matrix.generated[name][config]
     seen = matrix.outcomes[(model, config, strategy)]
     labels = assert_verified(nvidia_cluster, seen, name, config, strategy, advertised(strategy, devices))
+    if devices is None:
+        # MIG off through NVIDIA's MIG Manager, the whole GPU advertised, and GFD's product label of the whole GPU,
+        # made from the NVML name, which the plan expects too
+        assert seen["modes"] == [(0, 0)] and seen["instances"] == []
+        assert labels[PRODUCT] == matrix.whole_product[model]
+        assert planned(seen, name)["expected_gfd_labels"][PRODUCT] == labels[PRODUCT]
+        return
     # the simulated hardware, as NVIDIA's MIG Manager left it: NVIDIA's entry for this GPU
     assert seen["modes"] == [(1, 1)] and seen["instances"] == layout(devices), seen["instances"]
     # GFD's labels
     if strategy == "single":
-        (profile, count), = devices.items()
-        product = "%s-MIG-%s" % (matrix.whole_product[model], profile)
+        (profile, count), = [(p, n) for p, n in devices.items() if n]
+        product = "%s-MIG-%s" % (matrix.whole_product[model], profile.replace("+", "."))  # GFD's label value
         assert (labels[PRODUCT], labels["nvidia.com/gpu.count"]) == (product, str(count)), labels
         assert planned(seen, name)["expected_gfd_labels"][PRODUCT] == product
     else:
-        counts = {p: labels.get("nvidia.com/mig-%s.count" % p) for p in devices}
-        assert counts == {p: str(n) for p, n in devices.items()}, labels
-
-
-@pytest.mark.parametrize("model", MODELS)
-def test_every_model_goes_back_to_whole_gpus_with_gfds_product_label(matrix, nvidia_cluster, model):
-    """After the matrix, one run takes every node to NVIDIA's all-disabled under mixed: MIG mode off through NVIDIA's
-    MIG Manager, the whole GPU advertised again, and the rollout verifies GFD's product label of the whole GPU, which
-    GFD makes from the NVML name (NVIDIA H100 PCIe, not the catalog's key H100-PCIe), for every model."""
-    name = matrix.nodes[model]
-    seen = matrix.disabled[model]
-    labels = assert_verified(nvidia_cluster, seen, name, DISABLED, STRATEGIES[-1], advertised(STRATEGIES[-1], None))
-    assert seen["modes"] == [(0, 0)] and seen["instances"] == []
-    assert labels[PRODUCT] == matrix.whole_product[model]
-    assert planned(seen, name)["expected_gfd_labels"][PRODUCT] == labels[PRODUCT]
+        counts = {p: labels.get("nvidia.com/mig-%s.count" % p.replace("+", ".")) for p, n in devices.items() if n}
+        assert counts == {p: str(n) for p, n in devices.items() if n}, labels
 
 
 @pytest.mark.parametrize("model,config,strategy", REFUSED, ids=case_ids(REFUSED))
 def test_a_config_the_strategy_cannot_serve_is_refused_before_any_change(matrix, model, config, strategy):
-    name = matrix.nodes[model]
+    name = matrix.node_of[(model, config)]
     seen = matrix.outcomes[(model, config, strategy)]
     result = seen["result"]
     assert result.rc != 0, result.explain()
     message = result.task(REFUSAL_TASK)["msg"]
-    profiles = ", ".join(sorted(p for p, n in LISTED[model][config].items() if n))
-    assert ("node %s: config %s under the node's MIG strategy: mig-strategy=single needs one MIG profile per node; "
-            "the plan has %s" % (name, config, profiles)) in message, message
+    profiles = ", ".join(sorted(p for p, n in matrix.generated[name][config].items() if n))
+    why = ("mig-strategy=single needs one MIG profile per node; the plan has %s" % profiles if profiles
+           else "mig-strategy=single: MIG-enabled GPUs [0] would have no MIG devices")
+    assert "node %s: config %s under the node's MIG strategy: %s" % (name, config, why) in message, message
     assert not result.ran("Reconfigure step")
     before, after = seen["before"], seen["after"]
     assert (after["modes"], after["instances"]) == (before["modes"], before["instances"])
