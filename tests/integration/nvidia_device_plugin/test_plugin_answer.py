@@ -6,6 +6,7 @@ layout that NVML (the simulated libnvidia-ml.so.1) reports. MIG devices are made
 nvidia-mig-parted calls), in a process of their own.
 """
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import pytest
 from tests.testbed.gpusim import hoststate
 from tests.testbed.gpusim.simhost import library_dir, sim_env
 from tests.testbed.kubelet_deviceplugin import HEALTHY, Kubelet
-from tests.testbed.nvidia_device_plugin import NvidiaDevicePlugin
+from tests.testbed.nvidia_device_plugin import CDI_ENV, NvidiaDevicePlugin
 
 H100 = "H100-80GB-HBM3"
 WAIT = 120  # seconds for the plugin to start, register and answer on this shared 2-core machine
@@ -125,3 +126,41 @@ def test_restart_with_another_strategy_replaces_the_resource(tmp_path, node, nvm
     plugin.restart({"MIG_STRATEGY": "mixed"})
     wait_for(kubelet, plugin, {"nvidia.com/mig-1g.10gb": 14})
     assert ("nvidia.com/gpu", 14, 0) in node.statuses
+
+
+def test_cdi_spec_names_each_device_and_its_nodes(tmp_path, node, nvml_lib):
+    """With the operator's CDI settings the plugin writes its CDI spec from the fake driver root before it serves
+    (tests/testbed/nvidia_device_plugin.py driver_root): a GPU without MIG by its UUID with its /dev/nvidia<minor>, a
+    MIG device by its UUID with its GPU's node and its GPU- and compute-instance capability nodes, at the driver
+    container's host paths."""
+    state = tmp_path / "host.state"
+    hoststate.create_host(state, H100, 2, mig_enabled=True)
+    make_mig_devices(state, nvml_lib)
+    kubelet, plugin = node(state, dict(CDI_ENV, MIG_STRATEGY="mixed"))
+    wait_for(kubelet, plugin, {"nvidia.com/mig-1g.10gb": 14})
+    spec = json.loads((plugin.work / "cdi" / "k8s.device-plugin.nvidia.com-gpu.json").read_text())
+    assert {d["name"] for d in spec["devices"]} == set(kubelet.devices["nvidia.com/mig-1g.10gb"])
+    for device in spec["devices"]:
+        nodes = device["containerEdits"]["deviceNodes"]
+        assert [n["path"].rsplit("/", 1)[0] for n in nodes] == ["/dev", "/dev/nvidia-caps", "/dev/nvidia-caps"]
+        assert all(n["hostPath"] == "/run/nvidia/driver" + n["path"] for n in nodes)
+    plugin.stop()
+    hoststate.create_host(state, H100, 2)
+    kubelet, plugin = node(state, dict(CDI_ENV, MIG_STRATEGY="none"))
+    wait_for(kubelet, plugin, {"nvidia.com/gpu": 2})
+    spec = json.loads((plugin.work / "cdi" / "k8s.device-plugin.nvidia.com-gpu.json").read_text())
+    assert {d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]} == {
+        gpu["uuid"]: ["/dev/nvidia%d" % gpu["index"]] for gpu in hoststate.summary(state)["gpus"]}
+
+
+def test_cdi_spec_without_devices_stops_the_plugin(tmp_path, node):
+    """GPUs in MIG mode without MIG devices: nvcdi lists MIG devices, not GPUs in MIG mode, so the spec would be empty
+    and NVIDIA's plugin with CDI exits (FAIL_ON_INIT_ERROR), where without CDI it serves the whole GPUs under none."""
+    state = tmp_path / "host.state"
+    hoststate.create_host(state, H100, 2, mig_enabled=True)
+    _kubelet, plugin = node(state, dict(CDI_ENV, MIG_STRATEGY="none"))
+    deadline = time.monotonic() + WAIT
+    while plugin.running():
+        assert time.monotonic() < deadline, "plugin still runs; its log:\n%s" % plugin.log_tail()
+        time.sleep(0.5)
+    assert "unable to create cdi spec file" in plugin.log_tail() and "invalid spec, no devices" in plugin.log_tail()

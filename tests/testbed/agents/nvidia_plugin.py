@@ -12,9 +12,9 @@ module does is what kubelet does:
 * while the node's ``nvidia-device-plugin-daemonset`` pod is Running, NVIDIA's plugin runs for it
   (tests/testbed/nvidia_device_plugin.py: mount namespace, simulated NVML), with the pod's lifecycle of
   pod_processes.py; its env is the ``nvidia-device-plugin`` container's env from the pod spec, i.e. what NVIDIA's
-  controller rendered from the ClusterPolicy (MIG_STRATEGY, ...), without its CDI settings (CDI_ENABLED and a
-  ``cdi-*`` DEVICE_LIST_STRATEGY make the plugin write CDI specs from the driver's files, which the simulated host does
-  not have: DEVICE_LIST_STRATEGY is the DaemonSet's ``envvar``);
+  controller rendered from the ClusterPolicy (MIG_STRATEGY, the CDI settings, ...), and what the operator's entrypoint
+  exports from the validator's driver-ready file for the node (``gpusim.gpufleet.io/host-driver``); with CDI the
+  plugin writes its CDI spec from the fake driver root nvidia_device_plugin.py makes;
 * the config NVIDIA's config-manager picks from the ClusterPolicy's device-plugin ConfigMap for the node (agent.py
   ``plugin_config``, which runs it as the pod's sidecar does) is written to the file CONFIG_FILE names, and a change
   restarts the plugin (config-manager's SIGHUP makes the plugin restart itself with the new file);
@@ -23,7 +23,7 @@ module does is what kubelet does:
   node-status updates do not reach the API server while its Lease still keeps the node Ready.
 
 Logs, in ``<hosts-dir>/<node>.nvidia-device-plugin/``: ``device-plugin.log`` (NVIDIA's process, stdout and stderr)
-and the endpoint's lines in the agents' log.
+and the endpoint's lines in the agents' log; the plugin's CDI spec in ``cdi/`` there.
 """
 
 import threading
@@ -39,7 +39,6 @@ from tests.testbed.nvidia_device_plugin import NvidiaDevicePlugin
 MODE_ANNOTATION = "gpusim.gpufleet.io/device-plugin"
 CONTAINER = "nvidia-device-plugin"
 GRACE_SECONDS = 30  # kubelet's endpointStopGracePeriod is 5 minutes; tests wait for a stale resource to go
-CDI_ENV = ("CDI_ENABLED", "CDI_ANNOTATION_PREFIX", "NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH")
 
 
 class NvidiaDevicePlugins(PodProcesses):
@@ -102,10 +101,6 @@ class NvidiaDevicePlugins(PodProcesses):
     def start(self, entry, name, node, pod, container, state_path):
         self.kubelet(name)
         env = pod_env(pod, container, name)
-        for key in CDI_ENV:
-            env.pop(key, None)
-        if "cdi" in env.get("DEVICE_LIST_STRATEGY", ""):
-            env["DEVICE_LIST_STRATEGY"] = "envvar"
         work = self.work_dir(name)
         config = self.configs.get(name)
         if config:
@@ -116,7 +111,8 @@ class NvidiaDevicePlugins(PodProcesses):
         else:
             env.pop("CONFIG_FILE", None)
         lib_dir = self.agents.nvml_lib_dir or library_dir(build=True)
-        entry.process = NvidiaDevicePlugin(name, state_path, work, lib_dir, env=env).start()
+        entry.process = NvidiaDevicePlugin(name, state_path, work, lib_dir, env=env,
+                                           host_driver=self.agents.host_driver(node)).start()
         LOG.info("[%s] nvidia-device-plugin started for pod %s (pid %d)", name, pod["metadata"]["name"],
                  entry.process.proc.pid)
 
