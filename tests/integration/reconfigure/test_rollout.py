@@ -610,9 +610,7 @@ def test_controller_killed_then_rerun_converges(testbed, gpu_cluster, add_gpu_no
     at the target, uncordoned exactly what the rollout cordoned (an admin's cordon stays), nothing evicted twice."""
     from tests.testbed.agents.pytest_agents import nvml_lib_dir
 
-    # stale-plugin is the agents' device plugin's fault (NVIDIA's re-advertises what it finds)
-    canary = add_gpu_node("rc-kill-a", "H100-80GB-HBM3", 1,
-                          device_plugin="sim" if "stale-plugin" in KILL_POINTS[point]["faults"] else None)
+    canary = add_gpu_node("rc-kill-a", "H100-80GB-HBM3", 1)
     admin = add_gpu_node("rc-kill-b", "H100-80GB-HBM3", 1)
     order = [canary, admin]
     for name in order:

@@ -274,7 +274,9 @@ class Agents:
         if self.nvidia.node_mode(node) == "nvidia":
             self.nvidia.observe_config(name, node, self.faults(node))
         if self.plugins.node_mode(node) == "nvidia":
-            self.plugins.set_stale(name, "stale-plugin" in self.faults(node))
+            # kubelet posts the node's status: not while fault stale-plugin holds it back, nor while kubelet.service is
+            # stopped (MIG Manager's host-client shutdown, fault kubelet-not-ready); what was kept is posted on its start
+            self.plugins.set_stale(name, "stale-plugin" in self.faults(node) or self.kubelet_stopped(node))
         self.sync_kubelet(name, node)
         host = self.read_host(name, path)
         labels = dict(node["metadata"].get("labels") or {})

@@ -20,7 +20,8 @@ module does is what kubelet does:
   restarts the plugin (config-manager's SIGHUP makes the plugin restart itself with the new file);
 * agent fault ``stale-plugin``: the node's status is not written while it is set (what kubelet's endpoint learns is
   kept back, and written when the fault is cleared), so the node keeps advertising what it did, as when kubelet's
-  node-status updates do not reach the API server while its Lease still keeps the node Ready.
+  node-status updates do not reach the API server while its Lease still keeps the node Ready; the same while the
+  node's kubelet.service is stopped (agent.py ``kubelet_stopped``: no kubelet posts the status then).
 
 Logs, in ``<hosts-dir>/<node>.nvidia-device-plugin/``: ``device-plugin.log`` (NVIDIA's process, stdout and stderr)
 and the endpoint's lines in the agents' log; the plugin's CDI spec in ``cdi/`` there.
@@ -87,7 +88,7 @@ class NvidiaDevicePlugins(PodProcesses):
         return kubelet
 
     def set_stale(self, name, stale):
-        """Fault stale-plugin on or off for the node; off writes what was kept back."""
+        """Status writes held back (fault stale-plugin, or kubelet.service stopped) or not; off writes what was kept."""
         with self.stale_lock:
             if stale:
                 self.stale.setdefault(name, {})

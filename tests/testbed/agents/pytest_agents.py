@@ -15,9 +15,8 @@ MIG Manager is NVIDIA's nvidia-mig-manager (tests/testbed/agents/nvidia_mig.py) 
 for the session's agents) runs the simulator (tests/testbed/agents/migmanager.py) for it: the benchmarks, the
 simulator's own protocol tests (tests/integration/agents) and the upgrade tests' v25.3.4 start use it. The device
 plugin is NVIDIA's nvidia-device-plugin with a kubelet endpoint per node (tests/testbed/agents/nvidia_plugin.py) unless
-asked otherwise: ``device_plugin="sim"`` on a node (annotation gpusim.gpufleet.io/device-plugin; the default for a node
-created with a fault of SIM_PLUGIN_FAULTS) or on GpuAgents (GPUFLEET_DEVICE_PLUGIN=sim) keeps the agents' own
-allocatable.
+asked otherwise: ``device_plugin="sim"`` on a node (annotation gpusim.gpufleet.io/device-plugin) or on GpuAgents
+(GPUFLEET_DEVICE_PLUGIN=sim) keeps the agents' own allocatable (the benchmarks').
 """
 
 import datetime
@@ -62,11 +61,6 @@ def nvml_lib_dir():
     if proc.returncode != 0:
         raise RuntimeError("gpusim build failed:\n%s%s" % (proc.stdout, proc.stderr))
     return Path(proc.stdout.strip().splitlines()[-1])
-
-
-# Agent faults that only the agents' own device plugin shows (stale-plugin: it stops re-advertising;
-# kubelet-not-ready: no kubelet posts the node's status): a node created with them keeps the agents' device plugin.
-SIM_PLUGIN_FAULTS = ("stale-plugin", "kubelet-not-ready")
 
 
 def check_mode(what, mode):
@@ -178,8 +172,6 @@ class GpuAgents:
             annotations[HOST_DRIVER_ANNOTATION] = "true"
         if mig_manager is not None:
             annotations[MIG_MANAGER_ANNOTATION] = check_mode("mig_manager", mig_manager)
-        if device_plugin is None and set(faults or ()) & set(SIM_PLUGIN_FAULTS):
-            device_plugin = "sim"  # faults of the agents' own device plugin
         if device_plugin is not None:
             annotations[DEVICE_PLUGIN_ANNOTATION] = check_mode("device_plugin", device_plugin)
         labels = dict(real_operator.NFD_GPU_NODE_LABELS, **(labels or {}))
