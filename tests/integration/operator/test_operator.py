@@ -78,8 +78,8 @@ def test_check_mode_on_an_empty_cluster_changes_nothing(operator_sandbox):
 def test_install_validates_and_a_second_run_changes_nothing(operator_sandbox):
     """A fresh install, as AWX's site template runs it: under the installer credential's ServiceAccount (rbac/)."""
     operator_sandbox.bed.kubectl("apply", "-f", str(REPO_ROOT / "rbac" / "gpu-operator-install.yaml"))
-    installer = {"gpufleet_kubeconfig": str(operator_sandbox.bed.serviceaccount_kubeconfig("gpufleet",
-                                                                                          "gpufleet-installer"))}
+    kubeconfig = operator_sandbox.bed.serviceaccount_kubeconfig("gpufleet", "gpufleet-installer")
+    installer = {"gpufleet_kubeconfig": str(kubeconfig)}
     result = operator_sandbox.site(extra_vars=installer)
     assert result.rc == 0, result
     assert result.changed > 0
