@@ -28,7 +28,9 @@ def test_mig_layout_on_an_mps_node_is_refused_before_any_change(testbed, gpu_clu
         labels = gpu_cluster.wait_labels(name, {"nvidia.com/gpu.sharing-strategy": "mps", "nvidia.com/mps.capable": "true",
                                                 "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED"}, timeout=60)
         assert labels["nvidia.com/gpu.replicas"] == "2"
-        testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "4", 60, "2 GPUs x 2 MPS replicas")
+        # Until NVIDIA's controller has rolled this node's device-plugin pod to MIG_STRATEGY=single (the DaemonSet is
+        # rolled node by node over the whole cluster), the plugin refuses MPS under mixed and restarts with back-off.
+        testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "4", 240, "2 GPUs x 2 MPS replicas")
         log = gpu_cluster.device_plugin_log(name)
         assert '"MPS daemon is healthy" resource="nvidia.com/gpu"' in log, log[-3000:]  # NVIDIA's plugin, MPS path
         view = node_view(testbed, name)
