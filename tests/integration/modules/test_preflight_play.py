@@ -118,7 +118,7 @@ def test_the_preflight_retry_window_is_its_own_variable(refused_kubeconfig, tmp_
 
 def test_site_without_helm_stops_at_the_preflight_play_naming_it(refused_kubeconfig, tmp_path):
     """site.yml needs helm on the controller: without it the run stops at the pre-flight play, which names it (with
-    the API server it could not reach), before any GPU host is read."""
+    the API server it could not reach), before any GPU host is read. Only the operator stage needs it."""
     path, _port = refused_kubeconfig
     no_helm = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
     assert shutil.which("helm", path=no_helm) is None
@@ -129,3 +129,10 @@ def test_site_without_helm_stops_at_the_preflight_play_naming_it(refused_kubecon
     assert result.get("failed") is True and result["missing_executables"] == ["helm"], result
     assert "helm" in result["msg"], result["msg"]
     assert [play["play"]["name"] for play in run.data["plays"]] == ["Pre-flight - what this playbook needs"], run.explain()
+    # A run of the validation stage only installs nothing: helm is not asked for (the API server is what stops it).
+    proc = ansible_playbook.run(REPO_ROOT / "site.yml", "--tags", "validate", inventory=runner.inventory(["gpu-preflight-1"]),
+                                extra_vars={}, env=runner.env(), timeout=300)
+    validate = PlaybookResult(proc.returncode, proc.stdout, proc.stderr)
+    result = validate.task("Check programs, Python packages")
+    assert result.get("failed") is True and result["missing_executables"] == [], result
+    assert "helm" not in result["msg"] and "cannot reach the Kubernetes API server" in result["msg"], result["msg"]
