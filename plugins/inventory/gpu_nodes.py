@@ -159,6 +159,11 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
     get_api_client,
     last_call,
 )
+from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.access import (
+    connection_names,
+    current_context,
+    describe_connection,
+)
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import is_gpu_node
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module import (
@@ -272,9 +277,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         except Exception as exc:  # pylint: disable=broad-except
             if not is_kube_error(exc):
                 raise
-            # One line naming the server and the call (label_selector=%r), never a traceback.
-            raise AnsibleParserError("inventory source %s: %s (label_selector=%r)" % (
-                path, describe_error(exc, server, last_call()), selector))
+            # One line naming the server, the call, the kubeconfig and context used, never a traceback.
+            names = connection_names(params)
+            if not names["context"] and names["kubeconfig"]:
+                kubeconfig = params.get("kubeconfig")
+                names["context"] = current_context(kubeconfig if isinstance(kubeconfig, dict) else names["kubeconfig"])
+            where = describe_connection(names)
+            raise AnsibleParserError("inventory source %s: %s (%slabel_selector=%r)" % (
+                path, describe_error(exc, server, last_call()), where + ", " if where else "", selector))
         include_cpu = self.get_option("include_cpu_nodes")
         nodes = []
         for node in listing.get("items") or []:

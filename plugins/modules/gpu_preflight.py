@@ -92,6 +92,15 @@ options:
       name:
         description: One object's name, where the permission may be limited to it.
         type: str
+  inventory_source:
+    description:
+      - The path of an inventory source to read again with the P(gpufleet.gpu_operator.gpu_nodes#inventory) plugin
+        on the controller, as the inventory read it (its options, aliases and environment variables), for why it gave
+        no host - RV(inventory_source.error).
+      - Read alone - the other checks keep their defaults - and the task does not fail for the source's error, so a
+        playbook can name every source in one message. A file another plugin reads is reported with
+        RV(inventory_source.gpu_nodes=false).
+    type: path
 author:
   - gpufleet maintainers (@gpufleet)
 """
@@ -112,6 +121,11 @@ EXAMPLES = r"""
     executables: [helm]
     api: false
 
+- name: Why a gpu_nodes inventory source gave no host
+  gpufleet.gpu_operator.gpu_preflight:
+    inventory_source: inventories/prod/fleet.gpu_nodes.yml
+  register: source
+
 - name: The directory the report is written to, before the cluster is read
   gpufleet.gpu_operator.gpu_preflight:
     api: false
@@ -122,6 +136,34 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+inventory_source:
+  description: What the gpu_nodes inventory plugin made of O(inventory_source); the only key returned with it.
+  returned: when O(inventory_source) is given
+  type: dict
+  contains:
+    path:
+      description: O(inventory_source).
+      returned: always
+      type: str
+      sample: inventories/prod/fleet.gpu_nodes.yml
+    gpu_nodes:
+      description: Whether the file is a gpu_nodes source (its name ends in C(gpu_nodes.yml) or C(gpu_nodes.yaml) and
+        it names the plugin).
+      returned: always
+      type: bool
+      sample: true
+    hosts:
+      description: How many hosts the source gives now.
+      returned: always
+      type: int
+      sample: 0
+    error:
+      description: The plugin's error for the source, null when it parsed.
+      returned: always
+      type: str
+      sample: >-
+        inventory source inventories/prod/fleet.gpu_nodes.yml: cannot reach the Kubernetes API server 10.0.0.1:6443
+        (GET /api/v1/nodes): connection refused (kubeconfig /home/me/.kube/prod, context prod, label_selector=None)
 kubeconfig:
   description: The kubeconfig used; a path, C((mapping)) when given as content, null for host/api_key or in-cluster.
   returned: always
@@ -163,6 +205,12 @@ denied:
   returned: always
   type: list
   elements: str
+permissions:
+  description: The permissions of O(access), one per verb and resource, named as in RV(denied).
+  returned: always
+  type: list
+  elements: str
+  sample: [get nodes, create pods/eviction]
 checked:
   description: How many permissions were asked (one per verb and resource).
   returned: always
@@ -210,7 +258,8 @@ def check(module):
     result = dict(changed=False, kubeconfig=names["kubeconfig"], context=names["context"],
                   missing_executables=preflight.missing_executables(params["executables"]),
                   missing_python_packages=preflight.missing_packages(params["python_packages"]),
-                  denied=[], checked=0, directories=directories)
+                  denied=[], checked=0, directories=directories,
+                  permissions=[preflight.rule_name(rule) for rule in preflight.rules_of(params["access"])])
     unusable = [entry["problem"] for entry in directories if entry["problem"]]
     if unusable:  # before any API call: nothing is read while the playbook could not write its result
         problems = preflight.summary(result["missing_executables"], result["missing_python_packages"], [], unusable)
@@ -262,7 +311,11 @@ def main():
             namespace=dict(type="str"),
             name=dict(type="str"),
         )),
+        inventory_source=dict(type="path"),
     ), names={"access[].namespace": "namespace"}, supports_check_mode=True)
+    if module.params["inventory_source"]:  # reached only without the collection's action plugin
+        module.fail_json(msg="inventory_source is read on the controller by the gpu_preflight action plugin; run the "
+                             "module by its name gpufleet.gpu_operator.gpu_preflight", changed=False)
     if module.params["access"] and not module.params["api"]:
         module.fail_json(msg="access needs api=true (the permissions are asked of the API server)", changed=False)
     module.run(check)

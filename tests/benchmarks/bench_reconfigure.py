@@ -243,7 +243,7 @@ class Bench:
             return 0
 
     def audit_count(self, offset):
-        by_verb = {}
+        by_verb, by_resource = {}, {}
         try:
             with open(self.cluster.audit_log, "rb") as fh:
                 fh.seek(offset)
@@ -255,9 +255,14 @@ class Bench:
                     if event.get("user", {}).get("username") == CONTROLLER_USER:
                         verb = event.get("verb", "?")
                         by_verb[verb] = by_verb.get(verb, 0) + 1
+                        ref = event.get("objectRef") or {}
+                        what = "%s %s%s" % (verb, ref.get("resource", "?"),
+                                            "/" + ref["subresource"] if ref.get("subresource") else "")
+                        by_resource[what] = by_resource.get(what, 0) + 1
         except OSError:
             pass
-        return {"total": sum(by_verb.values()), "by_verb": by_verb}
+        return {"total": sum(by_verb.values()), "by_verb": by_verb,
+                "by_resource": dict(sorted(by_resource.items(), key=lambda item: -item[1]))}
 
     def lag(self):
         try:

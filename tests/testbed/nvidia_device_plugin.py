@@ -177,9 +177,12 @@ class NvidiaDevicePlugin(NodeProcess):
         for old in lib.glob("libnvidia-ml.so.*"):
             if old not in (versioned, lib / "libnvidia-ml.so.1"):
                 old.unlink()
-        tmp = versioned.with_name(versioned.name + ".new")
-        shutil.copyfile(self.nvml_lib_dir / "libnvidia-ml.so.1", tmp)
-        os.replace(tmp, versioned)  # a running plugin keeps the file it mapped
+        source = (self.nvml_lib_dir / "libnvidia-ml.so.1").stat()
+        copied = versioned.stat() if versioned.exists() else None
+        if copied is None or (copied.st_size, copied.st_mtime_ns) != (source.st_size, source.st_mtime_ns):
+            tmp = versioned.with_name(versioned.name + ".new")
+            shutil.copy2(self.nvml_lib_dir / "libnvidia-ml.so.1", tmp)  # copy2 keeps the mtime compared above
+            os.replace(tmp, versioned)  # a running plugin keeps the file it mapped
         link = lib / "libnvidia-ml.so.1"
         if link.is_symlink() or link.exists():
             link.unlink()

@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+import threading
 import time
 
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.gpu_labels import (
@@ -253,10 +254,14 @@ def not_ready_text(node):
     return "node %s is NotReady (%s)" % ((node.get("metadata") or {}).get("name"), detail)
 
 
-def mig_manager_pods(ops, node_name):
-    """MIG Manager's pods on ``node_name`` that are not being deleted."""
-    return [p for p in ops.list_pods_on_node(node_name, label_selector=MIG_MANAGER_SELECTOR).get("items") or []
-            if not (p.get("metadata") or {}).get("deletionTimestamp")]
+def mig_manager_pods(ops, node_name, pods=None):
+    """MIG Manager's pods on ``node_name`` that are not being deleted; picked out of ``pods`` (the node's pods as
+    just read, any namespace) when given, else listed."""
+    if pods is None:
+        pods = ops.list_pods_on_node(node_name, label_selector=MIG_MANAGER_SELECTOR).get("items") or []
+    else:
+        pods = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get("app") == MIG_MANAGER_APP]
+    return [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
 
 
 def mig_manager_not_running(ops, node_name, namespace, policy=None):
@@ -331,18 +336,45 @@ def mig_manager_outdated(pod, daemonset, revisions):
                 daemonset["metadata"].get("namespace"), daemonset["metadata"]["name"]))
 
 
-def mig_manager_rollout_pending(ops, node_name):
+class DaemonSetReads(object):
+    """The DaemonSets a rollout's node threads check before each drain, each read again only once it is older than
+    ``max_age`` seconds: a node starts every second or two in a wide window, and the DaemonSet is the same for all.
+    A template change is then seen up to ``max_age`` late, within the seconds NVIDIA's controller itself takes to
+    carry a ClusterPolicy change into the DaemonSet. A DaemonSet still rolling out is read fresh on every look."""
+
+    def __init__(self, max_age=5.0, clock=time.monotonic):
+        self.max_age = max_age
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.read = {}  # (namespace, name) -> (when, daemonset)
+
+    def get(self, ops, namespace, name):
+        key = (namespace, name)
+        with self.lock:
+            when, daemonset = self.read.get(key, (None, None))
+        if when is not None and self.clock() - when < self.max_age and daemonset is not None \
+                and daemonset_rolled_out(daemonset):
+            return daemonset
+        daemonset = ops.get_daemonset(namespace, name)
+        with self.lock:
+            self.read[key] = (self.clock(), daemonset)
+        return daemonset
+
+
+def mig_manager_rollout_pending(ops, node_name, pods=None, daemonsets=None):
     """Why MIG Manager on ``node_name`` is not yet its DaemonSet's current template (mig_manager_outdated), or None.
     None too when there is no such pod (mig_manager_not_running says why later) or when the account may not read
-    DaemonSets and ControllerRevisions in the operator namespace (rbac/mig-reconfigure.yaml grants it)."""
-    owners = [(p, ref["name"]) for p in mig_manager_pods(ops, node_name) for ref in (p.get("metadata") or {}).get("ownerReferences") or []
-              if ref.get("kind") == "DaemonSet"]
+    DaemonSets and ControllerRevisions in the operator namespace (rbac/mig-reconfigure.yaml grants it).
+    ``pods``: the node's pods as just read (else MIG Manager's are listed); ``daemonsets``: a DaemonSetReads shared
+    by the rollout's threads (else the DaemonSet is read)."""
+    owners = [(p, ref["name"]) for p in mig_manager_pods(ops, node_name, pods)
+              for ref in (p.get("metadata") or {}).get("ownerReferences") or [] if ref.get("kind") == "DaemonSet"]
     if not owners:
         return None
     pod, name = owners[0]
     namespace = pod["metadata"]["namespace"]
     try:
-        daemonset = ops.get_daemonset(namespace, name)
+        daemonset = daemonsets.get(ops, namespace, name) if daemonsets is not None else ops.get_daemonset(namespace, name)
         if daemonset is None or daemonset_rolled_out(daemonset):
             return None
         selector = ((daemonset.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
@@ -380,10 +412,17 @@ def wait_verified(ops, node_name, expected_resources, expected_labels, deadline,
     """Watch until allocatable equals the plan and GFD labels agree; returns the mismatches left at the
     deadline ([] when verified). Allocatable lags the apply while the device plugin restarts
     (NVIDIA/k8s-device-plugin#240)."""
+    return watch_verified(ops, node_name, expected_resources, expected_labels, deadline, node)[0]
+
+
+def watch_verified(ops, node_name, expected_resources, expected_labels, deadline, node=None):
+    """wait_verified's mismatches and the node as last seen: the write that gives the node back is conditional on
+    its resourceVersion, and the device plugin and GFD write the node after MIG Manager's success."""
     node = node or ops.get_node(node_name)
-    last = {"problems": []}
+    last = {"problems": [], "node": node}
 
     def done(obj):
+        last["node"] = obj
         # A NotReady node's allocatable is whatever kubelet posted last: not a verification.
         not_ready = not_ready_text(obj)
         last["problems"] = ([not_ready] if not_ready else []) + node_mismatches(obj, expected_resources, expected_labels)
@@ -392,8 +431,8 @@ def wait_verified(ops, node_name, expected_resources, expected_labels, deadline,
     try:
         ops.watch_node(node_name, deadline, done, node)
     except DeadlineExceeded:
-        return last["problems"]
-    return []
+        return last["problems"], last["node"]
+    return [], last["node"]
 
 
 def mig_manager_error(logs):
@@ -594,9 +633,9 @@ def run_step(ops, node_name, target, planned, apply_timeout, verify_timeout, unw
     report("verifying", "allocatable and GFD labels against the plan")
     verifying = time.monotonic()
     where["stage"] = "verify"
-    outcome["mismatches"] = wait_verified(ops, node_name, planned["expected_resources"],
-                                          planned.get("expected_gfd_labels"), time.monotonic() + verify_timeout,
-                                          followed["node"])
+    outcome["mismatches"], outcome["node"] = watch_verified(
+        ops, node_name, planned["expected_resources"], planned.get("expected_gfd_labels"),
+        time.monotonic() + verify_timeout, followed["node"])
     outcome["timings"]["verify_s"] = round(time.monotonic() - verifying, 3)
     outcome["verified"] = not outcome["mismatches"]
     if outcome["verified"] and clear:

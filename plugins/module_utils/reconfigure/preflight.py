@@ -70,6 +70,7 @@ class Context(object):
         self.policy = active_cluster_policy(self.ops.list_cluster_policies())
         self.namespace = node_step.operator_namespace(self.policy, self.options["operator_namespace"])
         self.with_reboot = node_step.with_reboot(self.policy)
+        self.daemonsets = node_step.DaemonSetReads()  # MIG Manager's, checked before each node's drain
 
     def report(self, node_name, step, message=""):
         if self.progress is not None:

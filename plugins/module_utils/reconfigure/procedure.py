@@ -37,11 +37,12 @@ def deleted_message(node_name, stage):
             "halted: check why it went away before re-running" % (node_name, stage))
 
 
-def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, drain_plan=None):
+def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, drain_plan=None, pods=None):
     """Run the whole per-node procedure; returns a summary row (never raises for node-level failures).
     With ``hold_cordon`` a verified node stays cordoned (result ``verified``) until release.release_node has
     compared its hardware too. ``drain_plan``: the raw drain plan ``planned`` was made from, read just now
-    (preflight.plan_one's ``_drain``): the drain starts from it instead of reading the node, its pods and budgets again."""
+    (preflight.plan_one's ``_drain``): the drain starts from it instead of reading the node, its pods and budgets again.
+    ``pods``: the node's pods read with ``planned`` (MIG Manager's pod among them), else MIG Manager's are listed."""
     ops = ops or ctx.ops_factory()
     started = time.monotonic()
     planned = planned or preflight.plan_one(ctx, snapshot.read_node(ops, ctx, node_name), node_name, target)
@@ -59,7 +60,7 @@ def run_node(ctx, node_name, target, planned=None, hold_cordon=False, ops=None, 
     try:
         # 0. MIG Manager there runs its DaemonSet's current template: right after a ClusterPolicy change the
         # DaemonSet replaces its pods one node at a time, and an old pod would apply the old settings.
-        outdated = node_step.mig_manager_rollout_pending(ops, node_name)
+        outdated = node_step.mig_manager_rollout_pending(ops, node_name, pods, ctx.daemonsets)
         if outdated:
             ctx.report(node_name, "waiting", outdated)
             outdated = node_step.wait_mig_manager_current(ops, node_name, time.monotonic() + o["apply_timeout"])

@@ -87,8 +87,9 @@ def held_rows(ctx, ops, targets):
     """The nodes of ``targets`` ((node, config) pairs) a rollout with hold_cordon left cordoned after verifying
     their config, found from the cluster: cordoned by us (our cordon annotation) with the in-progress marker at the
     config. Rows as the apply returned them for these nodes (result ``verified``), without the apply's evictions and
-    timings, and with what the plan expects (``_expected``) and the node as read (``_node``): release_node checks the config, MIG Manager's state,
-    allocatable and GFD labels again and fails a node that no longer agrees, rather than leave it out."""
+    timings, and with what the plan expects (``_expected``) and the node as read (``_node``): release_node checks the
+    config, MIG Manager's state, allocatable and GFD labels again and fails a node that no longer agrees, rather than
+    leave it out."""
     rows = []
     for name, target in targets:
         snap = snapshot.read_node(ops, ctx, name)

@@ -112,6 +112,8 @@ class Window(object):
             snap = snapshot.read_node(ops, ctx, name)
             planned = preflight.plan_one(ctx, snap, name, target, self.hardware_by_node.get(name), keep_drain=True)
             drain_plan = planned.pop("_drain", None)
+            node_pods = snap.pods.get(name)
+            node_pods = None if node_pods is None or isinstance(node_pods, Exception) else node_pods.get("items") or []
             short = self.room(ops, planned) if self.room is not None and not planned["errors"] \
                 and planned.get("pods_to_evict") else None
         except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes
@@ -131,7 +133,7 @@ class Window(object):
             return Slot(ctx.report_row(row), planned, reason=True)
         self.observer.node_planned(name)
         row = procedure.run_node(ctx, name, target, planned, hold_cordon=self.hold_cordon, ops=ops,
-                                 drain_plan=None if self.room is not None else drain_plan)
+                                 drain_plan=None if self.room is not None else drain_plan, pods=node_pods)
         failed = row["result"] in ("failed", "invalid")
         if failed:
             self.halted.append(name)

@@ -63,9 +63,12 @@ def test_a_gpu_nodes_source_that_could_not_be_parsed_is_named_with_its_reason(re
     run = PlaybookResult(proc.returncode, proc.stdout, proc.stderr)
     assert run.rc != 0, run.explain()
     msg = run.task("Check that the inventory has hosts in gpu_nodes").get("msg") or ""
-    assert ("inventory source %s (gpu_nodes) could not be parsed: pre-flight: cannot reach the Kubernetes API server "
-            "127.0.0.1:%s (GET /version)" % (source, port)) in msg, msg
-    assert "kubeconfig %s, context refused" % path in msg, msg
+    assert "inventory source %s: cannot reach the Kubernetes API server 127.0.0.1:%s (GET /api/v1/nodes" % (
+        source, port) in msg, msg
+    assert "(kubeconfig %s, context refused, label_selector=None)" % path in msg, msg
+    reread = run.task("Read each gpu_nodes inventory source again")["results"][0]
+    assert reread["inventory_source"]["gpu_nodes"] is True and reread["inventory_source"]["hosts"] == 0, reread
+    assert not reread.get("failed"), reread
     assert not run.ran("Check programs, Python packages"), run.explain()
 
 
@@ -129,10 +132,16 @@ def test_site_without_helm_stops_at_the_preflight_play_naming_it(refused_kubecon
     assert result.get("failed") is True and result["missing_executables"] == ["helm"], result
     assert "helm" in result["msg"], result["msg"]
     assert [play["play"]["name"] for play in run.data["plays"]] == ["Pre-flight - what this playbook needs"], run.explain()
-    # A run of the validation stage only installs nothing: helm is not asked for (the API server is what stops it).
+    assert {"create namespaces", "create customresourcedefinitions.apiextensions.k8s.io",
+            "create pods in namespace gpu-operator"} <= set(result["permissions"]), result["permissions"]
+    # A run of the validation stage only installs nothing: neither helm nor the install permissions are asked for
+    # (the API server is what stops it).
     proc = ansible_playbook.run(REPO_ROOT / "site.yml", "--tags", "validate", inventory=runner.inventory(["gpu-preflight-1"]),
                                 extra_vars={}, env=runner.env(), timeout=300)
     validate = PlaybookResult(proc.returncode, proc.stdout, proc.stderr)
     result = validate.task("Check programs, Python packages")
     assert result.get("failed") is True and result["missing_executables"] == [], result
     assert "helm" not in result["msg"] and "cannot reach the Kubernetes API server" in result["msg"], result["msg"]
+    asked = result["permissions"]
+    assert "create pods in namespace gpu-operator" in asked and not any(
+        p.startswith(("create", "update", "patch")) for p in asked if "pods" not in p), asked

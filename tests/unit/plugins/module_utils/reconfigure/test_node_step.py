@@ -471,3 +471,45 @@ def test_waiting_for_the_current_template_ends_when_the_pod_is_replaced():
     assert len(calls) == 3
     still = FakeRolloutOps([_mig_manager_pod("aaa")], _daemonset(), [_revision(1, "aaa"), _revision(2, "bbb")])
     assert "older template" in node_step.wait_mig_manager_current(still, "gpu-1", time.monotonic() + 0.05, interval=0.01)
+
+
+class CountingOps(FakeRolloutOps):
+    def __init__(self, *args, **kwargs):
+        super(CountingOps, self).__init__(*args, **kwargs)
+        self.gets, self.pod_lists = 0, 0
+
+    def get_daemonset(self, namespace, name):
+        self.gets += 1
+        return super(CountingOps, self).get_daemonset(namespace, name)
+
+    def list_pods_on_node(self, node, label_selector=None):
+        self.pod_lists += 1
+        return super(CountingOps, self).list_pods_on_node(node, label_selector)
+
+
+def test_the_node_pods_given_are_searched_for_mig_managers_and_nothing_is_listed():
+    workload = {"metadata": {"name": "train-0", "namespace": "ml", "labels": {"app": "train"},
+                             "ownerReferences": [{"kind": "DaemonSet", "name": "nvidia-mig-manager"}]}}
+    ops = CountingOps([], _daemonset(), [_revision(1, "aaa"), _revision(2, "bbb")])
+    assert "current bbb" in node_step.mig_manager_rollout_pending(ops, "gpu-1", pods=[workload, _mig_manager_pod("aaa")])
+    assert node_step.mig_manager_rollout_pending(ops, "gpu-1", pods=[workload]) is None
+    assert ops.pod_lists == 0
+
+
+def test_a_rolled_out_daemonset_is_read_once_per_max_age_and_one_rolling_out_on_every_look():
+    now = [100.0]
+    reads = node_step.DaemonSetReads(max_age=5.0, clock=lambda: now[0])
+    done = CountingOps([_mig_manager_pod("aaa")], _daemonset(updated=4), [])
+    for _node in range(10):
+        assert node_step.mig_manager_rollout_pending(done, "gpu-1", daemonsets=reads) is None
+    assert done.gets == 1
+    now[0] += 5.0
+    node_step.mig_manager_rollout_pending(done, "gpu-1", daemonsets=reads)
+    assert done.gets == 2
+    # the next read finds a new template rolling out: every later look reads it again
+    done.daemonset = _daemonset()
+    done.revisions = [_revision(1, "aaa"), _revision(2, "bbb")]
+    now[0] += 5.0
+    for _node in range(3):
+        assert "current bbb" in node_step.mig_manager_rollout_pending(done, "gpu-1", daemonsets=reads)
+    assert done.gets == 5

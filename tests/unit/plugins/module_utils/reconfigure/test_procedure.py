@@ -18,6 +18,7 @@ class NoMigManagerPod(object):
 class Ctx(object):
     options = {"drain_timeout": 60, "log_lines": 10}
     namespace = "gpu-operator"
+    daemonsets = None  # each check reads the DaemonSet
 
     def __init__(self, drain_error):
         self.drain_error = drain_error

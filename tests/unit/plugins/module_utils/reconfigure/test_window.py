@@ -24,7 +24,7 @@ def fake_node_steps(monkeypatch, fail=(), seconds=0.05):
     def plan_one(ctx, snap, name, target, hardware=None, keep_drain=False):
         return {"node": name, "errors": [], "current_config": "all-disabled"}
 
-    def run_node(ctx, name, target, planned, hold_cordon=False, ops=None, drain_plan=None):
+    def run_node(ctx, name, target, planned, hold_cordon=False, ops=None, drain_plan=None, pods=None):
         with lock:
             seen["running"] += 1
             seen["peak"] = max(seen["peak"], seen["running"])
@@ -35,7 +35,7 @@ def fake_node_steps(monkeypatch, fail=(), seconds=0.05):
         result = "failed" if name in fail else ("verified" if hold_cordon else "reconfigured")
         return {"node": name, "result": result}
 
-    monkeypatch.setattr(window.snapshot, "read_node", lambda ops, ctx, name: None)
+    monkeypatch.setattr(window.snapshot, "read_node", lambda ops, ctx, name: window.snapshot.Snapshot("gpu-operator"))
     monkeypatch.setattr(window.preflight, "plan_one", plan_one)
     monkeypatch.setattr(window.procedure, "run_node", run_node)
     return seen
