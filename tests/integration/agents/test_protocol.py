@@ -171,7 +171,9 @@ def test_new_node_gets_operator_labels_gfd_labels_and_gpus(gpu_cluster, add_gpu_
     assert labels["nvidia.com/gpu.family"] == "hopper"
     assert labels["nvidia.com/mig.strategy"] == "mixed"
     assert labels["nvidia.com/cuda.driver-version.full"] == hoststate.DEFAULT_DRIVER
-    assert gpu_cluster.allocatable(name)["nvidia.com/gpu"] == "2"
+    # NVIDIA's device plugin registers with kubelet on its own schedule, after GFD may have labelled the node.
+    gpu_cluster.testbed.wait_for(lambda: gpu_cluster.allocatable(name).get("nvidia.com/gpu") == "2", 60,
+                                 "allocatable nvidia.com/gpu=2 on %s" % name)
     assert gpu_cluster.capacity(name)["nvidia.com/gpu"] == "2"
     # MIG Manager ran once at start-up: config already applied, nothing paused
     assert "MIG configuration already applied" in gpu_cluster.mig_manager_log(name)
