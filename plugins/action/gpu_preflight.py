@@ -23,8 +23,9 @@ from ansible.plugins.loader import inventory_loader
 from ansible.utils.vars import merge_hash
 
 PLUGIN = "gpufleet.gpu_operator.gpu_nodes"
-# The options that check something else; the defaults of the module's argument spec.
-OTHER_CHECKS = {"executables": [], "python_packages": [], "directories": [], "access": []}
+# The module's other checks, refused beside inventory_source when given a value. The connection options are let
+# through unused (the source names its own), so module_defaults of the k8s group do not refuse the re-read.
+OTHER_CHECKS = ("executables", "python_packages", "directories", "access")
 
 
 class ActionModule(ActionBase):
@@ -36,8 +37,7 @@ class ActionModule(ActionBase):
         source = self._task.args.get("inventory_source")
         if source is None:
             return merge_hash(result, self._execute_module(task_vars=task_vars))
-        given = sorted(name for name in self._task.args
-                       if name != "inventory_source" and self._task.args[name] not in (None, OTHER_CHECKS.get(name)))
+        given = [name for name in OTHER_CHECKS if self._task.args.get(name)]
         if given or not isinstance(source, str) or not source:
             result.update(failed=True, changed=False, msg=(
                 "inventory_source must be the path of an inventory source, got %r" % (source,) if not given else
@@ -60,6 +60,8 @@ class ActionModule(ActionBase):
         answer["gpu_nodes"] = True
         inventory = InventoryData()
         try:
+            # cache=False reads the API server, not a cached answer; what the plugin stores stays in its own memory
+            # (only Ansible's inventory manager writes a cache plugin out).
             plugin.parse(inventory, self._loader, path, cache=False)
         except AnsibleError as exc:
             answer["error"] = to_text(exc.message)

@@ -160,8 +160,7 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.client i
     last_call,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.access import (
-    connection_names,
-    current_context,
+    connection_used,
     describe_connection,
 )
 from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.api import KubeOps
@@ -278,11 +277,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             if not is_kube_error(exc):
                 raise
             # One line naming the server, the call, the kubeconfig and context used, never a traceback.
-            names = connection_names(params)
-            if not names["context"] and names["kubeconfig"]:
-                kubeconfig = params.get("kubeconfig")
-                names["context"] = current_context(kubeconfig if isinstance(kubeconfig, dict) else names["kubeconfig"])
-            where = describe_connection(names)
+            where = describe_connection(connection_used(params))
             raise AnsibleParserError("inventory source %s: %s (%slabel_selector=%r)" % (
                 path, describe_error(exc, server, last_call()), where + ", " if where else "", selector))
         include_cpu = self.get_option("include_cpu_nodes")

@@ -419,10 +419,7 @@ def connection(module):
     """Where the nodes are read: the kubeconfig (a path, or "(mapping)"), the context (the kubeconfig's current one
     when none is given), the API server and the label selector."""
     params = module.params
-    names = access.connection_names(params)
-    if not names["context"] and names["kubeconfig"]:
-        kubeconfig = params.get("kubeconfig")
-        names["context"] = access.current_context(kubeconfig if isinstance(kubeconfig, dict) else names["kubeconfig"])
+    names = access.connection_used(params)
     names["server"] = module.server
     names["label_selector"] = params["label_selector"] or None
     return names

@@ -97,9 +97,10 @@ options:
       - The path of an inventory source to read again with the P(gpufleet.gpu_operator.gpu_nodes#inventory) plugin
         on the controller, as the inventory read it (its options, aliases and environment variables), for why it gave
         no host - RV(inventory_source.error).
-      - Read alone - the other checks keep their defaults - and the task does not fail for the source's error, so a
-        playbook can name every source in one message. A file another plugin reads is reported with
-        RV(inventory_source.gpu_nodes=false).
+      - Read alone - refused with O(executables), O(python_packages), O(directories) or O(access) - and the task
+        does not fail for the source's error, so a playbook can name every source in one message. The connection
+        options are not used (the source names its own), so C(module_defaults) of the group may set them. A file
+        another plugin reads is reported with RV(inventory_source.gpu_nodes=false).
     type: path
 author:
   - gpufleet maintainers (@gpufleet)
@@ -253,7 +254,8 @@ from ansible_collections.gpufleet.gpu_operator.plugins.module_utils.k8s.module i
 
 def check(module):
     params = module.params
-    names = preflight.connection_names(params)
+    # The context the client uses is named only when the API server is checked (reading it reads the kubeconfig).
+    names = preflight.connection_used(params) if params["api"] else preflight.connection_names(params)
     directories = preflight.check_directories(params["directories"])
     result = dict(changed=False, kubeconfig=names["kubeconfig"], context=names["context"],
                   missing_executables=preflight.missing_executables(params["executables"]),
@@ -266,10 +268,6 @@ def check(module):
         module.fail_json(msg="pre-flight: %s%s" % (problems, "; the API server was not contacted" if params["api"] else ""),
                          **result)
     if params["api"]:
-        if not names["context"] and names["kubeconfig"]:  # the kubeconfig's current context
-            kubeconfig = params.get("kubeconfig")
-            result["context"] = preflight.current_context(kubeconfig if isinstance(kubeconfig, dict)
-                                                          else names["kubeconfig"])
         try:
             ops = module.ops()
             result["server"] = module.server

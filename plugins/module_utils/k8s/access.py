@@ -101,6 +101,15 @@ def connection_names(params, environ=None):
     return {"kubeconfig": source, "context": context if isinstance(context, str) and context.strip() else None}
 
 
+def connection_used(params, environ=None):
+    """connection_names with the context the client uses: the one asked for, else the kubeconfig's current one."""
+    names = connection_names(params, environ)
+    if not names["context"] and names["kubeconfig"]:
+        kubeconfig = params.get("kubeconfig")
+        names["context"] = current_context(kubeconfig if isinstance(kubeconfig, dict) else names["kubeconfig"])
+    return names
+
+
 def current_context(kubeconfig):
     """The current-context of a kubeconfig (a path or a mapping), or None when it cannot be read."""
     try:

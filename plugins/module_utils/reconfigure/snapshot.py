@@ -50,6 +50,11 @@ class Snapshot(object):
         listing = self._answer(self.pods[node])
         return {"items": list(listing.get("items") or []), "metadata": listing.get("metadata") or {}}
 
+    def pods_read(self, node):
+        """The pods read on ``node`` (a list), or None when they were not read or their read failed."""
+        listing = self.pods.get(node)
+        return None if listing is None or isinstance(listing, Exception) else list(listing.get("items") or [])
+
     def list_pdbs(self, namespace):
         if namespace not in self.pdbs:
             raise NotRead("PodDisruptionBudgets of namespace %s" % namespace)

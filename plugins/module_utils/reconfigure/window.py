@@ -112,8 +112,7 @@ class Window(object):
             snap = snapshot.read_node(ops, ctx, name)
             planned = preflight.plan_one(ctx, snap, name, target, self.hardware_by_node.get(name), keep_drain=True)
             drain_plan = planned.pop("_drain", None)
-            node_pods = snap.pods.get(name)
-            node_pods = None if node_pods is None or isinstance(node_pods, Exception) else node_pods.get("items") or []
+            node_pods = snap.pods_read(name)
             short = self.room(ops, planned) if self.room is not None and not planned["errors"] \
                 and planned.get("pods_to_evict") else None
         except CONNECTION_ERRORS as exc:  # pylint: disable=catching-non-exception  # a tuple of exception classes

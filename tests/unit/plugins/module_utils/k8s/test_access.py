@@ -41,6 +41,23 @@ def test_the_connection_is_named_a_path_as_given_and_a_mapping_never_shown(tmp_p
         "kubeconfig %s, context prod, API server 10.0.0.1:6443, user alice" % path)
 
 
+def test_the_context_used_is_the_one_asked_for_else_the_kubeconfigs_current_one(tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: lab\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\nusers: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: lab, context: {cluster: c, user: u}}, {name: prod, context: {cluster: c, user: u}}]\n")
+    assert access.connection_used({"kubeconfig": str(path)}) == {"kubeconfig": str(path), "context": "lab"}
+    assert access.connection_used({"kubeconfig": str(path), "context": "prod"})["context"] == "prod"
+    mapping = {"current-context": "lab", "contexts": [{"name": "lab", "context": {"cluster": "c", "user": "u"}}],
+               "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+               "users": [{"name": "u", "user": {"token": "t"}}]}
+    assert access.connection_used({"kubeconfig": mapping}) == {"kubeconfig": "(mapping)", "context": "lab"}
+    # A kubeconfig that cannot be read names no context (the client reports the error itself).
+    assert access.connection_used({"kubeconfig": str(tmp_path / "missing")})["context"] is None
+    assert access.connection_used({"host": "https://10.0.0.1:6443"}) == {"kubeconfig": None, "context": None}
+
+
 def test_package_requirements_name_what_is_missing_or_too_old():
     versions = {"kubernetes": "29.0.0", "packaging": "24.1"}.get
     assert access.missing_packages(["kubernetes>=30.0.0", "packaging", "nvidia-ml-py", "not a requirement!"],

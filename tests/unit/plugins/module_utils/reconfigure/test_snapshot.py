@@ -108,3 +108,13 @@ def test_a_node_that_cannot_be_read_is_answered_with_its_error():
     with pytest.raises(ApiException) as missing:
         snap.get_node("n9")
     assert missing.value.status == 404
+
+
+def test_pods_read_are_the_listing_or_none_when_not_read_or_failed():
+    snap = snapshot.Snapshot("gpu-operator")
+    snap.pods["n1"] = {"items": [gpu_pod("a", "n1")], "metadata": {}}
+    snap.pods["n2"] = ApiException(status=500, reason="Internal Server Error")
+    snap.pods["n3"] = {"items": None}
+    assert [p["metadata"]["name"] for p in snap.pods_read("n1")] == ["a"]
+    assert snap.pods_read("n2") is None and snap.pods_read("never-read") is None
+    assert snap.pods_read("n3") == []
