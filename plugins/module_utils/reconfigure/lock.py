@@ -263,7 +263,9 @@ class LeaseRenewer(object):
 
 # -- the keeper: the Lease renewed between module calls ------------------------------------------------------------
 
-KEEPER_POLL_S = 1.0  # how often the keeper looks at the stop request, the run's process and its maximum run time
+# How often the keeper looks at the stop request, the run's process and its maximum run time: a file test and a
+# signal 0 (no API request), so a release waits for the keeper at most this long.
+KEEPER_POLL_S = 0.2
 KEEPER_STOP_WAIT_S = 10.0  # how long a release waits for the keeper to stop before deleting the Lease
 
 
@@ -460,7 +462,7 @@ def stop_keeper(lock, wait_s=KEEPER_STOP_WAIT_S):
             state = read_keeper(lock) or state
             if state.get("ended"):
                 break
-            time.sleep(0.1)
+            time.sleep(0.05)
         else:
             if pid_alive(state["pid"]):
                 os.kill(state["pid"], signal.SIGTERM)
